@@ -1,0 +1,5 @@
+import sys
+
+from attnlab.experiments._core import main
+
+sys.exit(main())

@@ -1,0 +1,257 @@
+"""Registry, cache, result files and parallel sweeps behind :mod:`attnlab.experiments`."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import os
+import pkgutil
+import shlex
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import joblib
+import numpy as np
+
+import attnlab
+from attnlab.validation import check_choice, check_int, resolve_device
+
+SCALES = ("book", "paper")
+_REGISTRY: dict[str, Experiment] = {}
+_DISCOVERED = False
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: its function, its two configurations and a description."""
+
+    name: str
+    fn: Callable[[dict, str], list[dict]]
+    book: dict
+    paper: dict
+    description: str = ""
+
+    def config(self, scale: str = "book", overrides: Mapping | None = None) -> dict:
+        """Return the configuration at ``scale`` with ``overrides`` applied (keys must exist)."""
+        scale = check_choice("scale", scale, SCALES)
+        config = dict(self.book if scale == "book" else self.paper)
+        for key, value in dict(overrides or {}).items():
+            if key not in config:
+                known = ", ".join(sorted(config))
+                raise ValueError(f"overrides key {key!r} is not a parameter of {self.name}; known: {known}")
+            config[key] = value
+        return config
+
+
+@dataclass
+class Result:
+    """Rows returned by an experiment, with the configuration that produced them."""
+
+    name: str
+    scale: str
+    config: dict
+    rows: list[dict]
+    version: str = attnlab.__version__
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        cols: list[str] = []
+        for row in self.rows:
+            cols += [c for c in row if c not in cols]
+        return cols
+
+    def column(self, name: str, **where) -> np.ndarray:
+        """Return column ``name`` as an array, keeping rows whose columns equal ``where``."""
+        if name not in self.columns:
+            raise ValueError(f"name must be one of the columns {self.columns}, got {name!r}")
+        rows = [r for r in self.rows if all(_eq(r.get(k), v) for k, v in where.items())]
+        return np.asarray([r.get(name) for r in rows])
+
+
+def _eq(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return bool(np.isclose(float(a), float(b), rtol=1e-9, atol=1e-12))
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+def experiment(name: str, *, book: Mapping, paper: Mapping, description: str = ""):
+    """Register ``fn(config, device) -> list[dict]`` under ``name`` with its two scales."""
+    if not isinstance(name, str) or not name.replace("_", "").isalnum():
+        raise ValueError(f"name must be an identifier-like string, got {name!r}")
+    if set(book) != set(paper):
+        raise ValueError(f"book and paper configs of {name!r} must have the same keys")
+
+    def register(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn.__qualname__ != fn.__qualname__:
+            raise ValueError(f"name {name!r} is already registered")
+        _REGISTRY[name] = Experiment(name, fn, dict(book), dict(paper), description)
+        return fn
+
+    return register
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    package = importlib.import_module("attnlab.experiments")
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"attnlab.experiments.{info.name}")
+    _DISCOVERED = True
+
+
+def names() -> list[str]:
+    """The names of all registered experiments, sorted."""
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Experiment:
+    """The registered :class:`Experiment` called ``name``."""
+    _discover()
+    if name not in _REGISTRY:
+        raise ValueError(f"name must be a registered experiment ({', '.join(names())}), got {name!r}")
+    return _REGISTRY[name]
+
+
+def cache_dir() -> Path:
+    """Where results are cached: ``$ATTNLAB_CACHE`` or ``~/.cache/attnlab``."""
+    return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
+
+
+def _execute(name: str, config: dict, device: str, version: str) -> list[dict]:
+    # ``version`` is part of the cache key: a new library version recomputes.
+    return get(name).fn(dict(config), device)
+
+
+def run(
+    name: str,
+    scale: str = "book",
+    *,
+    device: str = "cpu",
+    overrides: Mapping | None = None,
+    cache: bool = True,
+) -> Result:
+    """Run experiment ``name`` at ``scale`` and return its :class:`Result`.
+
+    Results are cached on disk with ``joblib.Memory``, keyed by the name, the full configuration,
+    the device and the library version, so a second call with the same configuration loads them.
+    """
+    exp = get(name)
+    config = exp.config(scale, overrides)
+    resolve_device(device)
+    if cache:
+        memory = joblib.Memory(cache_dir() / "joblib", verbose=0)
+        rows = memory.cache(_execute)(name, config, str(device), attnlab.__version__)
+    else:
+        rows = _execute(name, config, str(device), attnlab.__version__)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"experiment {name!r} must return a list of dict rows")
+    return Result(name, scale, config, rows)
+
+
+def sweep(
+    fn: Callable[..., object], configs: Sequence[Mapping], *, n_jobs: int = 2, backend: str = "loky"
+) -> list:
+    """Evaluate ``fn(**config)`` for every config in parallel with joblib; results keep order."""
+    if not callable(fn):
+        raise ValueError("fn must be callable")
+    configs = [dict(c) for c in configs]
+    n_jobs = check_int("n_jobs", n_jobs, minimum=-1)
+    if n_jobs == 0:
+        raise ValueError("n_jobs must be a positive integer or -1 (all cores), got 0")
+    if n_jobs == 1 or len(configs) <= 1:
+        return [fn(**c) for c in configs]
+    return joblib.Parallel(n_jobs=n_jobs, backend=backend)(joblib.delayed(fn)(**c) for c in configs)
+
+
+def write_result(result: Result, out: str | os.PathLike, command: str | None = None) -> Path:
+    """Write ``NAME-SCALE.csv`` (rows) and ``NAME-SCALE.json`` (config, version, command)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{result.name}-{result.scale}"
+    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=result.columns)
+        writer.writeheader()
+        writer.writerows(result.rows)
+    meta = {
+        "name": result.name,
+        "scale": result.scale,
+        "config": result.config,
+        "attnlab_version": result.version,
+        "command": command,
+        **result.meta,
+    }
+    stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    return stem.with_suffix(".csv")
+
+
+def _parse(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value in ("True", "False"):
+        return value == "True"
+    return value
+
+
+def load_result(name: str, scale: str = "paper", directory: str | os.PathLike | None = None) -> Result:
+    """Load a result written by :func:`write_result`.
+
+    By default it reads the results committed with the library (``attnlab/results``), which the
+    chapters show next to their own book-scale runs.
+    """
+    scale = check_choice("scale", scale, SCALES)
+    base = Path(directory) if directory is not None else Path(str(resources.files("attnlab") / "results"))
+    stem = base / f"{name}-{scale}"
+    if not stem.with_suffix(".csv").exists():
+        raise ValueError(f"name {name!r} at scale {scale!r} has no result file in {base}")
+    with open(stem.with_suffix(".csv"), newline="") as fh:
+        rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    return Result(name, scale, meta["config"], rows, meta.get("attnlab_version", "?"), meta)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command-line interface (``python -m attnlab.experiments``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m attnlab.experiments", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the registered experiments")
+    p_run = sub.add_parser("run", help="run one experiment and write its results")
+    p_run.add_argument("name")
+    p_run.add_argument("--scale", choices=SCALES, default="book")
+    p_run.add_argument("--device", default="cpu")
+    p_run.add_argument("--out", default="results")
+    p_run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    p_run.add_argument("--no-cache", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        for n in names():
+            exp = get(n)
+            print(f"{n:28s} {exp.description}")
+        return 0
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key] = _parse(value)
+    result = run(args.name, args.scale, device=args.device, overrides=overrides, cache=not args.no_cache)
+    command = "python -m attnlab.experiments " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    path = write_result(result, args.out, command=command)
+    print(f"wrote {path} ({len(result.rows)} rows)")
+    return 0
