@@ -79,7 +79,9 @@ def check_shape(name: str, array, shape: Sequence[int | None]):
         raise ValueError(f"{name} must be a numpy array or torch tensor, got {_describe(array)}")
     actual = tuple(array.shape)
     expected = tuple(shape)
-    ok = len(actual) == len(expected) and all(e is None or e == a for a, e in zip(actual, expected))
+    ok = len(actual) == len(expected) and all(
+        e is None or e == a for a, e in zip(actual, expected, strict=True)
+    )
     if not ok:
         pretty = "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
         raise ValueError(f"{name} must have shape {pretty}, got {list(actual)}")

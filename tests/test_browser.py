@@ -1,0 +1,158 @@
+"""Open every built page in headless Chromium and check what a reader sees.
+
+For each page of ``_build/html``: the math is typeset by the local MathJax (no raw TeX left),
+every image loaded, no request left 127.0.0.1, and the console shows no error. A screenshot of
+the intro page is saved into ``_build/screenshots``.
+
+The browser is Debian's ``chromium`` driven by Python playwright (never ``playwright install``).
+Without it the test skips with a message, except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"browser check cannot run under CI=true: {reason}")
+    pytest.skip(f"browser check skipped: {reason} (install Debian's chromium to run it)")
+
+
+def _pages() -> list[Path]:
+    skip = {"_static", "_sources", "_images", "_sphinx_design_static", "jupyter_execute"}
+    pages = [p for p in HTML.rglob("*.html") if not skip.intersection(p.relative_to(HTML).parts)]
+    # The root index.html is only a redirect to the intro; it is followed in its own test.
+    return sorted(p for p in pages if p != HTML / "index.html")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (HTML / "index.html").exists():
+        pytest.fail("_build/html/index.html is missing: build the book first (make book)")
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    host = urlparse(url).netloc
+    foreign, errors = [], []
+
+    def route(r):
+        if urlparse(r.request.url).netloc == host or r.request.url.startswith("data:"):
+            r.continue_()
+        else:
+            foreign.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url, wait_until="load")
+    has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
+    typeset = 0
+    if has_math:
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
+        page.evaluate("MathJax.startup.promise")
+        page.wait_for_function("document.querySelectorAll('mjx-container').length > 0", timeout=20000)
+        typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
+    text = page.evaluate("document.querySelector('main') ? document.querySelector('main').innerText : ''")
+    raw_tex = [tok for tok in ("\\(", "\\[", "\\begin{", "$$") if tok in text]
+    broken = page.evaluate(
+        "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+    )
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(screenshot), full_page=False)
+    page.close()
+    return {
+        "math": has_math,
+        "typeset": typeset,
+        "raw": raw_tex,
+        "broken": broken,
+        "foreign": foreign,
+        "errors": errors,
+    }
+
+
+def test_every_page_renders_offline(server, browser):
+    pages = _pages()
+    assert len(pages) >= 5, f"expected the book's pages under {HTML}, found {len(pages)}"
+    problems = []
+    for path in pages:
+        rel = path.relative_to(HTML).as_posix()
+        seen = _visit(browser, f"{server}/{rel}")
+        if seen["math"] and seen["typeset"] == 0:
+            problems.append(f"{rel}: math present but not typeset by MathJax")
+        if seen["raw"]:
+            problems.append(f"{rel}: raw TeX left on the page: {seen['raw']}")
+        if seen["broken"]:
+            problems.append(f"{rel}: images not loaded: {seen['broken']}")
+        if seen["foreign"]:
+            problems.append(f"{rel}: requests to other hosts: {seen['foreign'][:3]}")
+        if seen["errors"]:
+            problems.append(f"{rel}: console errors: {seen['errors'][:3]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_root_redirects_to_the_intro(server, browser):
+    page = browser.new_page()
+    page.goto(f"{server}/index.html")
+    page.wait_for_url("**/book/intro.html", timeout=10000)
+    page.close()
+
+
+def test_intro_shows_rendered_math_and_is_captured(server, browser):
+    shot = SHOTS / "intro.png"
+    seen = _visit(browser, f"{server}/book/intro.html", screenshot=shot)
+    assert seen["typeset"] > 0, "the intro page must show typeset math"
+    assert not seen["foreign"] and not seen["errors"] and not seen["broken"]
+    assert shot.exists() and shot.stat().st_size > 10_000

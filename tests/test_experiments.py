@@ -1,0 +1,127 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from attnlab import experiments as ex
+from attnlab.experiments import _core
+
+CALLS = []
+
+
+@ex.experiment(
+    "toy_square", book={"n": 3, "scale": 1.0}, paper={"n": 10, "scale": 1.0}, description="squares"
+)
+def toy_square(config, device):
+    CALLS.append(dict(config))
+    return [{"i": i, "value": config["scale"] * i**2} for i in range(config["n"])]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    CALLS.clear()
+
+
+def test_registry_and_configs():
+    assert "toy_square" in ex.names()
+    exp = ex.get("toy_square")
+    assert exp.config("book") == {"n": 3, "scale": 1.0}
+    assert exp.config("paper", {"n": 4})["n"] == 4
+
+
+def test_run_caches_by_config():
+    r1 = ex.run("toy_square")
+    r2 = ex.run("toy_square")
+    assert len(CALLS) == 1, "the second run must load from the cache"
+    assert np.array_equal(r1.column("value"), [0.0, 1.0, 4.0])
+    assert r2.rows == r1.rows
+    ex.run("toy_square", overrides={"scale": 2.0})
+    assert len(CALLS) == 2, "a new configuration must recompute"
+    ex.run("toy_square", cache=False)
+    assert len(CALLS) == 3
+
+
+def test_result_column_filters():
+    r = ex.run("toy_square", "paper")
+    assert r.column("value", i=3).tolist() == [9.0]
+    with pytest.raises(ValueError, match="name must be one of the columns"):
+        r.column("nope")
+
+
+def test_write_and_load_roundtrip(tmp_path):
+    r = ex.run("toy_square")
+    path = ex.write_result(r, tmp_path, command="python -m attnlab.experiments run toy_square")
+    assert path.name == "toy_square-book.csv"
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["config"] == {"n": 3, "scale": 1.0}
+    assert meta["attnlab_version"]
+    assert meta["command"].startswith("python -m attnlab.experiments")
+    loaded = ex.load_result("toy_square", "book", directory=tmp_path)
+    assert loaded.rows == r.rows and loaded.config == r.config
+
+
+def _square(x):
+    return x * x
+
+
+def test_sweep_parallel_keeps_order():
+    configs = [{"x": x} for x in range(6)]
+    assert ex.sweep(_square, configs, n_jobs=2) == [x * x for x in range(6)]
+    assert ex.sweep(_square, configs, n_jobs=1) == [x * x for x in range(6)]
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="name must be a registered experiment"):
+        ex.get("nope")
+    with pytest.raises(ValueError, match="scale must be one of"):
+        ex.run("toy_square", "huge")
+    with pytest.raises(ValueError, match="overrides key 'm' is not a parameter"):
+        ex.run("toy_square", overrides={"m": 1})
+    with pytest.raises(ValueError, match="device must be"):
+        ex.run("toy_square", device="tpu")
+    with pytest.raises(ValueError, match="book and paper configs"):
+        ex.experiment("bad", book={"a": 1}, paper={"b": 1})
+    with pytest.raises(ValueError, match="name must be an identifier"):
+        ex.experiment("bad name!", book={}, paper={})
+    with pytest.raises(ValueError, match="n_jobs must be a positive integer"):
+        ex.sweep(_square, [{"x": 1}], n_jobs=0)
+    with pytest.raises(ValueError, match="fn must be callable"):
+        ex.sweep(3, [])
+    with pytest.raises(ValueError, match="has no result file"):
+        ex.load_result("toy_square", "paper", directory=".")
+
+
+def test_experiment_must_return_rows():
+    @ex.experiment("toy_bad_rows", book={}, paper={})
+    def bad(config, device):
+        return {"not": "rows"}
+
+    with pytest.raises(ValueError, match="must return a list of dict rows"):
+        ex.run("toy_bad_rows", cache=False)
+    _core._REGISTRY.pop("toy_bad_rows")
+
+
+def test_cli_main_runs_and_writes(tmp_path, capsys):
+    assert _core.main(["run", "toy_square", "--scale", "paper", "--set", "n=2", "--out", str(tmp_path)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    loaded = ex.load_result("toy_square", "paper", directory=tmp_path)
+    assert loaded.config["n"] == 2 and len(loaded.rows) == 2
+    assert "--set n=2" in loaded.meta["command"]
+    assert _core.main(["list"]) == 0
+    assert "toy_square" in capsys.readouterr().out
+
+
+def test_cli_as_a_module():
+    out = subprocess.run(
+        [sys.executable, "-m", "attnlab.experiments", "list"], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "attnlab.experiments", "run", "no_such_experiment"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode != 0 and "name must be a registered experiment" in bad.stderr

@@ -1,0 +1,64 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from attnlab import plotting  # noqa: E402
+
+
+def test_use_style_sets_rcparams():
+    plotting.use_style()
+    assert matplotlib.rcParams["axes.spines.top"] is False
+
+
+def test_loss_curve_is_log_scale():
+    fig, ax = plt.subplots()
+    plotting.loss_curve(ax, np.arange(5), np.exp(-np.arange(5.0)), label="gd")
+    assert ax.get_yscale() == "log"
+    assert len(ax.lines) == 1
+    plt.close(fig)
+
+
+def test_attention_map_accepts_torch_and_labels():
+    fig, ax = plt.subplots()
+    im = plotting.attention_map(ax, torch.eye(3), labels=["a", "b", "c"])
+    assert im.get_array().shape == (3, 3)
+    plt.close(fig)
+
+
+def test_theory_vs_experiment_draws_both():
+    fig, ax = plt.subplots()
+    x = np.linspace(0, 1, 5)
+    plotting.theory_vs_experiment(ax, x, x**2, x, x**2 + 0.01, 0.02 * np.ones(5), label="semantic")
+    assert len(ax.lines) >= 1 and len(ax.containers) == 1
+    plt.close(fig)
+
+
+def test_new_axes_when_none():
+    ax = plotting.loss_curve(None, [0, 1], [1.0, 0.5])
+    assert ax.get_yscale() == "log"
+    plt.close(ax.figure)
+
+
+def test_bad_input():
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match="losses must be positive"):
+        plotting.loss_curve(ax, [0, 1], [1.0, 0.0])
+    with pytest.raises(ValueError, match="steps and losses must be 1-D of equal length"):
+        plotting.loss_curve(ax, [0, 1, 2], [1.0, 0.5])
+    with pytest.raises(ValueError, match="A must have shape"):
+        plotting.attention_map(ax, np.ones(3))
+    with pytest.raises(ValueError, match="labels must have one entry per row"):
+        plotting.attention_map(ax, np.eye(3), labels=["a"])
+    with pytest.raises(ValueError, match="x_theory and y_theory must have equal shapes"):
+        plotting.theory_vs_experiment(ax, [0, 1], [0, 1, 2])
+    with pytest.raises(ValueError, match="y_mean must be given"):
+        plotting.theory_vs_experiment(ax, [0, 1], [0, 1], x_exp=[0, 1])
+    with pytest.raises(ValueError, match="ax must be a matplotlib Axes"):
+        plotting.loss_curve("ax", [0], [1.0])
+    with pytest.raises(ValueError, match="A must be array-like"):
+        plotting.attention_map(ax, [["a", "b"]])
+    plt.close(fig)
