@@ -72,6 +72,20 @@ def test_sweep_parallel_keeps_order():
     assert ex.sweep(_square, configs, n_jobs=1) == [x * x for x in range(6)]
 
 
+def test_sweep_on_a_dask_local_cluster():
+    distributed = pytest.importorskip("distributed")
+    configs = [{"x": x} for x in range(5)]
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None
+    ) as cluster:
+        # By address, as a user with a cluster would pass it, and through a client.
+        assert ex.sweep(_square, configs, scheduler=cluster.scheduler_address) == [x * x for x in range(5)]
+        with distributed.Client(cluster) as client:
+            assert ex.sweep(_square, configs, scheduler=client) == [x * x for x in range(5)]
+    with pytest.raises(ValueError, match="scheduler must be a 'tcp://host:port' address"):
+        ex.sweep(_square, configs, scheduler="localhost")
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="name must be a registered experiment"):
         ex.get("nope")

@@ -160,18 +160,54 @@ def run(
 
 
 def sweep(
-    fn: Callable[..., object], configs: Sequence[Mapping], *, n_jobs: int = 2, backend: str = "loky"
+    fn: Callable[..., object],
+    configs: Sequence[Mapping],
+    *,
+    n_jobs: int = 2,
+    backend: str = "loky",
+    scheduler=None,
 ) -> list:
-    """Evaluate ``fn(**config)`` for every config in parallel with joblib; results keep order."""
+    """Evaluate ``fn(**config)`` for every config in parallel; results keep the configs' order.
+
+    By default the configs run on the local cores through joblib (``n_jobs`` processes). Pass
+    ``scheduler``, the address of a running ``dask.distributed`` scheduler
+    (``"tcp://host:8786"``) or a ``distributed.Client``, to run the same sweep on a cluster
+    instead; ``$ATTNLAB_SCHEDULER`` sets a default address (the CLI's ``--scheduler``). ``fn``
+    must then be importable by the workers (a module-level function of an installed package).
+    """
     if not callable(fn):
         raise ValueError("fn must be callable")
     configs = [dict(c) for c in configs]
+    scheduler = scheduler if scheduler is not None else os.environ.get("ATTNLAB_SCHEDULER") or None
+    if scheduler is not None:
+        return _sweep_dask(fn, configs, scheduler)
     n_jobs = check_int("n_jobs", n_jobs, minimum=-1)
     if n_jobs == 0:
         raise ValueError("n_jobs must be a positive integer or -1 (all cores), got 0")
     if n_jobs == 1 or len(configs) <= 1:
         return [fn(**c) for c in configs]
     return joblib.Parallel(n_jobs=n_jobs, backend=backend)(joblib.delayed(fn)(**c) for c in configs)
+
+
+def _sweep_dask(fn, configs: list[dict], scheduler) -> list:
+    try:
+        from distributed import Client
+    except ImportError as err:  # pragma: no cover - distributed is a declared dependency
+        raise ValueError("scheduler needs the 'distributed' package (pip install distributed)") from err
+    if isinstance(scheduler, Client):
+        client, owned = scheduler, False
+    elif isinstance(scheduler, str) and "://" in scheduler:
+        client, owned = Client(scheduler, timeout="20s"), True
+    else:
+        raise ValueError(
+            f"scheduler must be a 'tcp://host:port' address or a distributed.Client, got {scheduler!r}"
+        )
+    try:
+        futures = [client.submit(fn, pure=False, **c) for c in configs]
+        return client.gather(futures)
+    finally:
+        if owned:
+            client.close()
 
 
 def write_result(result: Result, out: str | os.PathLike, command: str | None = None) -> Path:
@@ -237,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.add_argument("--out", default="results")
     p_run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
     p_run.add_argument("--no-cache", action="store_true")
+    p_run.add_argument(
+        "--scheduler", default=None, metavar="ADDRESS", help="run sweeps on a dask.distributed scheduler"
+    )
     args = parser.parse_args(argv)
 
     if args.command == "list":
@@ -250,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key] = _parse(value)
+    if args.scheduler:
+        os.environ["ATTNLAB_SCHEDULER"] = args.scheduler
     result = run(args.name, args.scale, device=args.device, overrides=overrides, cache=not args.no_cache)
     command = "python -m attnlab.experiments " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     path = write_result(result, args.out, command=command)
