@@ -37,7 +37,7 @@ def train_sgd(
     attention: str = "linear",
     init_scale: float = 0.1,
     lr: float = 0.02,
-    steps: int = 600,
+    steps: int = 300,
     batch_size: int = 32,
     seed: int = 0,
     record_every: int = 20,
@@ -83,12 +83,12 @@ def train_sgd(
 @experiment(
     "hist_sgd",
     book=dict(
-        d=6, N=10, task="histogram", attention="linear", init_scale=0.1, lr=0.02, steps=600,
+        d=6, N=10, task="histogram", attention="linear", init_scale=0.1, lr=0.02, steps=300,
         batch_size=32, seed=0, record_every=20, n_test=2000, optimizer="sgd",
     ),
     paper=dict(
-        d=26, N=50, task="histogram", attention="linear", init_scale=0.1, lr=0.001, steps=6000,
-        batch_size=256, seed=0, record_every=100, n_test=5000, optimizer="sgd",
+        d=26, N=50, task="histogram", attention="linear", init_scale=0.1, lr=0.003, steps=4000,
+        batch_size=128, seed=0, record_every=100, n_test=2000, optimizer="sgd",
     ),
     description="Part I: online SGD of one linear self-attention layer on the histogram task",
 )  # fmt: skip
