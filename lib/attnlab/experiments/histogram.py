@@ -36,8 +36,8 @@ def train_sgd(
     task: str = "histogram",
     attention: str = "linear",
     init_scale: float = 0.1,
-    lr: float = 0.02,
-    steps: int = 300,
+    lr: float = 0.03,
+    steps: int = 200,
     batch_size: int = 32,
     seed: int = 0,
     record_every: int = 20,
@@ -83,7 +83,7 @@ def train_sgd(
 @experiment(
     "hist_sgd",
     book=dict(
-        d=6, N=10, task="histogram", attention="linear", init_scale=0.1, lr=0.02, steps=300,
+        d=6, N=10, task="histogram", attention="linear", init_scale=0.1, lr=0.03, steps=200,
         batch_size=32, seed=0, record_every=20, n_test=2000, optimizer="sgd",
     ),
     paper=dict(
