@@ -1,0 +1,133 @@
+"""Part I experiments: linear self-attention on histogram-like tasks (paper A).
+
+* ``hist_sgd``: online SGD of :class:`~attnlab.models.LinearSelfAttention` (or the softmax
+  variant) on fresh sequences, recording the loss and the worst error on a fixed test set
+  (chapters 1 and 4).
+* ``hist_plateau``: the length of the small-initialisation plateau of gradient flow on ``l_df``
+  against the initialisation scale, over several random directions (chapter 3).
+
+The paper's own experimental settings are not public; "paper" scale is our larger setting
+(an alphabet of 26 letters, longer sequences, more scales and seeds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.experiments import experiment
+from attnlab.models import LinearSelfAttention, SoftmaxSelfAttention
+from attnlab.tasks import histogram as th
+from attnlab.theory import diagonal_net as dn
+from attnlab.train import train
+from attnlab.validation import check_choice, check_int, check_positive
+
+__all__ = ["sequence_loss", "train_sgd", "hist_sgd", "hist_plateau", "plateau_sweep"]
+
+
+def sequence_loss(model, X, y):
+    """``1/2 sum_i (f_i - y_i)^2`` averaged over the batch: the sample version of ``l_tf``."""
+    return 0.5 * ((model(X) - y) ** 2).sum(-1).mean()
+
+
+def train_sgd(
+    *,
+    d: int,
+    N: int,
+    task: str = "histogram",
+    attention: str = "linear",
+    init_scale: float = 0.1,
+    lr: float = 0.03,
+    steps: int = 200,
+    batch_size: int = 32,
+    seed: int = 0,
+    record_every: int = 20,
+    n_test: int = 2000,
+    optimizer: str = "sgd",
+    device: str = "cpu",
+):
+    """Train one attention layer on fresh sequences of ``task`` (chapter 1).
+
+    Returns ``(model, history)``; ``history.tracked["test_err"]`` is the largest absolute error
+    ``max |f_i - y_i|`` over ``n_test`` fixed fresh sequences (seed ``seed + 1``).
+    """
+    attention = check_choice("attention", attention, ("linear", "softmax"))
+    d = check_int("d", d, minimum=2)
+    N = check_int("N", N, minimum=1)
+    n_test = check_int("n_test", n_test, minimum=1)
+    M = th.task_matrix(task, d)
+    cls = LinearSelfAttention if attention == "linear" else SoftmaxSelfAttention
+    model = cls(d, init_scale=init_scale, seed=seed)
+    X_test = th.sample_sequences(n_test, N, d, seed=seed + 1).to(device)  # [n_test, N, d]
+    y_test = th.targets(X_test, M)  # [n_test, N]
+
+    def test_err(m):
+        return (m(X_test) - y_test).abs().max()
+
+    history = train(
+        model,
+        sequence_loss,
+        th.make_sampler(N, d, M),
+        optimizer=optimizer,
+        lr=lr,
+        steps=steps,
+        batch_size=batch_size,
+        seed=seed,
+        device=device,
+        dtype="float64",
+        callbacks={"test_err": test_err},
+        record_every=record_every,
+    )
+    return model, history
+
+
+@experiment(
+    "hist_sgd",
+    book=dict(
+        d=6, N=10, task="histogram", attention="linear", init_scale=0.1, lr=0.03, steps=200,
+        batch_size=32, seed=0, record_every=20, n_test=2000, optimizer="sgd",
+    ),
+    paper=dict(
+        d=26, N=50, task="histogram", attention="linear", init_scale=0.1, lr=0.003, steps=4000,
+        batch_size=128, seed=0, record_every=100, n_test=2000, optimizer="sgd",
+    ),
+    description="Part I: online SGD of one linear self-attention layer on the histogram task",
+)  # fmt: skip
+def hist_sgd(config: dict, device: str) -> list[dict]:
+    model, history = train_sgd(**config, device=device)
+    arrays = history.as_arrays()
+    return [
+        {"step": int(s), "loss": float(l), "test_err": float(e)}
+        for s, l, e in zip(arrays["step"], arrays["loss"], arrays["test_err"], strict=True)
+    ]
+
+
+def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5) -> list[dict]:
+    """Plateau length of gradient flow on ``l_df`` vs init scale (chapter 3).
+
+    For each seed a random direction ``(Q~, v~)`` (i.i.d. normal entries) is scaled by every
+    ``scale``; the plateau length is the first time ``l_df`` falls to ``fraction`` of its start.
+    """
+    d = check_int("d", d, minimum=2)
+    n_seeds = check_int("n_seeds", n_seeds, minimum=1)
+    scales = np.asarray(scales, dtype=float)
+    for s in scales:
+        check_positive("scales", float(s))
+    M = th.task_matrix(task, d)
+    rows = []
+    for seed in range(n_seeds):
+        rng = np.random.default_rng(seed)
+        Q_dir, v_dir = rng.standard_normal((d, d)), rng.standard_normal(d)
+        for s in scales:
+            T = dn.plateau_time(s * Q_dir, s * v_dir, M, fraction=fraction)
+            rows.append({"seed": seed, "scale": float(s), "T": T})
+    return rows
+
+
+@experiment(
+    "hist_plateau",
+    book=dict(d=6, task="histogram", scales=[1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6], n_seeds=3, fraction=0.5),
+    paper=dict(d=26, task="histogram", scales=[10.0**-k for k in range(1, 11)], n_seeds=20, fraction=0.5),
+    description="Part I: plateau length of gradient flow on l_df against the initialisation scale",
+)
+def hist_plateau(config: dict, device: str) -> list[dict]:
+    return plateau_sweep(**config)

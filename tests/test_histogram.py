@@ -1,0 +1,183 @@
+"""Tests of attnlab.tasks.histogram and the Part I models (LinearSelfAttention, SoftmaxSelfAttention)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from attnlab.models import LinearSelfAttention, SoftmaxSelfAttention
+from attnlab.tasks import histogram as th
+
+
+def all_sequences(N, d):
+    """Every sequence of length N over [d] as one-hot X [d**N, N, d] (for exact expectations)."""
+    tokens = torch.tensor(list(itertools.product(range(d), repeat=N)))
+    return tokens, th.one_hot(tokens, d)
+
+
+# ---------------------------------------------------------------- sampling and targets
+
+
+def test_sample_shapes_dtype_and_seed():
+    X = th.sample_sequences(5, 7, 4, seed=3)
+    assert X.shape == (5, 7, 4) and X.dtype == torch.float64
+    assert torch.all(X.sum(-1) == 1)
+    assert torch.equal(X, th.sample_sequences(5, 7, 4, seed=3))
+    assert not torch.equal(X, th.sample_sequences(5, 7, 4, seed=4))
+    tok = th.sample_tokens(2000, 10, 3, seed=0, probs=[0.0, 0.5, 0.5])
+    assert tok.shape == (2000, 10) and int(tok.min()) == 1
+
+
+def test_counts_and_histogram_targets_by_hand():
+    tokens = torch.tensor([[0, 2, 0, 1, 0]])
+    X = th.one_hot(tokens, 3)
+    assert th.counts(X).tolist() == [[3.0, 1.0, 1.0]]
+    assert th.targets(X, th.histogram_matrix(3)).tolist() == [[3.0, 1.0, 3.0, 1.0, 3.0]]
+    # next letter (cyclic): token a counts letter a+1 mod 3
+    assert th.targets(X, th.next_letter_matrix(3)).tolist() == [[1.0, 3.0, 1.0, 1.0, 1.0]]
+    # classes {0} and {1, 2}
+    assert th.targets(X, th.class_matrix([0, 1, 1])).tolist() == [[3.0, 2.0, 3.0, 2.0, 3.0]]
+    assert th.targets(X[0], th.length_matrix(3)).tolist() == [5.0] * 5  # unbatched
+
+
+def test_task_matrices():
+    assert np.array_equal(th.task_matrix("histogram", 4), np.eye(4))
+    P = th.task_matrix("next_letter", 4)
+    assert np.array_equal(P @ P.T, np.eye(4)) and P[3, 0] == 1 and P[0, 1] == 1
+    C = th.task_matrix("classes", 4)
+    assert np.array_equal(C, np.kron(np.eye(2), np.ones((2, 2))))
+    assert np.array_equal(th.task_matrix("histogram+next_letter", 4), np.eye(4) + P)
+    assert np.array_equal(th.permutation_matrix([1, 0, 2])[0], [0.0, 1.0, 0.0])
+
+
+def test_sampler_for_train():
+    sample = th.make_sampler(8, 5, th.next_letter_matrix(5))
+    X, y = sample(16, torch.Generator().manual_seed(0))
+    assert X.shape == (16, 8, 5) and y.shape == (16, 8)
+    assert torch.allclose(y, th.targets(X, th.next_letter_matrix(5)))
+
+
+@pytest.mark.parametrize("probs", [None, [0.5, 0.3, 0.2]])
+def test_count_moments_exact_by_enumeration(probs):
+    N, d = 4, 3
+    tokens, X = all_sequences(N, d)
+    p = np.full(d, 1 / d) if probs is None else np.asarray(probs)
+    weight = torch.as_tensor(np.prod(p[tokens.numpy()], axis=1))  # probability of each sequence
+    h = th.counts(X)
+    exact = torch.einsum("s,sa,sb,sc->abc", weight, h, h, h).numpy()
+    assert np.abs(th.count_moments(N, d, probs) - exact).max() < 1e-12
+
+
+def test_count_moments_small_N():
+    # N = 1: h = e_x, so S[a, a, a] = p_a and everything else vanishes
+    assert np.allclose(th.count_moments(1, 3), np.einsum("ab,ac->abc", np.eye(3), np.eye(3)) / 3)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: th.sample_tokens(0, 5, 3), "n_seq"),
+        (lambda: th.sample_tokens(2, 0, 3), "N"),
+        (lambda: th.sample_tokens(2, 5, 0), "d"),
+        (lambda: th.sample_tokens(2, 5, 3, seed=-1), "seed"),
+        (lambda: th.sample_tokens(2, 5, 3, probs=[0.5, 0.5]), "probs"),
+        (lambda: th.one_hot(torch.tensor([0, 3]), 3), "tokens"),
+        (lambda: th.one_hot(torch.tensor([0.5]), 3), "tokens"),
+        (lambda: th.counts(torch.ones(2, 3, 4)), "X"),
+        (lambda: th.counts(torch.ones(4)), "X"),
+        (lambda: th.targets(th.sample_sequences(2, 3, 4), np.eye(3)), "M"),
+        (lambda: th.targets(th.sample_sequences(2, 3, 2), [[np.nan, 0], [0, 1]]), "M"),
+        (lambda: th.permutation_matrix([0, 0, 1]), "perm"),
+        (lambda: th.permutation_matrix([0.0, 1.0]), "perm"),
+        (lambda: th.class_matrix([]), "labels"),
+        (lambda: th.task_matrix("reverse", 4), "name"),
+        (lambda: th.next_letter_matrix(4, shift=1.5), "shift"),
+        (lambda: th.make_sampler(5, 3, np.eye(4)), "M"),
+        (lambda: th.count_moments(0, 3), "N"),
+        (lambda: th.count_moments(3, 2, probs=[0.2, 0.2]), "probs"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- models
+
+
+def test_linear_attention_forward_is_the_reduced_form():
+    d, N = 5, 9
+    model = LinearSelfAttention(d, init_scale=1.0, seed=1)
+    X = th.sample_sequences(4, N, d, seed=0)
+    f, A = model(X, return_scores=True)
+    assert f.shape == (4, N) and A.shape == (4, N, N)
+    h = th.counts(X)
+    reduced = torch.einsum("bnd,de,e,be->bn", X, model.W, model.v, h)  # f = X W Diag(v) h
+    assert torch.allclose(f, reduced, atol=1e-12)
+    assert torch.allclose(A, model.scores(X)) and torch.allclose(model(X[0]), f[0])
+    assert model.Q is model.W
+
+
+def test_linear_attention_histogram_solution_counts():
+    d = 4
+    v = torch.tensor([0.5, 2.0, -1.0, 3.0])
+    model = LinearSelfAttention(d, W0=torch.diag(1 / v), v0=v)
+    X = th.sample_sequences(3, 11, d, seed=2)
+    assert torch.allclose(model(X), th.targets(X, np.eye(d)), atol=1e-12)
+
+
+def test_softmax_attention_rows_are_convex():
+    model = SoftmaxSelfAttention(4, init_scale=1.0, seed=0)
+    X = th.sample_sequences(3, 6, 4, seed=0)
+    f, A = model(X, return_scores=True)
+    assert torch.allclose(A.sum(-1), torch.ones(3, 6, dtype=A.dtype))
+    assert torch.all(f <= model.v.max() + 1e-12) and torch.all(f >= model.v.min() - 1e-12)
+
+
+def test_model_init_is_seeded_and_typed():
+    a = LinearSelfAttention(3, seed=5, dtype="float32")
+    b = LinearSelfAttention(3, seed=5, dtype="float32")
+    assert a.W.dtype == torch.float32 and torch.equal(a.W, b.W) and torch.equal(a.v, b.v)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: LinearSelfAttention(0), "d"),
+        (lambda: LinearSelfAttention(3, init_scale=-1.0), "init_scale"),
+        (lambda: LinearSelfAttention(3, W0=np.eye(2)), "W0"),
+        (lambda: LinearSelfAttention(3, v0=np.ones(4)), "v0"),
+        (lambda: LinearSelfAttention(3, v0=[np.inf, 0, 0]), "v0"),
+        (lambda: LinearSelfAttention(3, dtype="int8"), "dtype"),
+        (lambda: LinearSelfAttention(3)(torch.ones(2, 5, 4)), "X"),
+        (lambda: LinearSelfAttention(3)(np.ones((2, 5, 3))), "X"),
+    ],
+)
+def test_model_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- experiments
+
+
+def test_part1_experiments_are_registered_and_run():
+    from attnlab import experiments
+
+    assert {"hist_sgd", "hist_plateau"} <= set(experiments.names())
+    res = experiments.run(
+        "hist_plateau", overrides={"d": 3, "scales": [1e-2, 1e-4], "n_seeds": 1}, cache=False
+    )
+    T = res.column("T")
+    assert T.shape == (2,) and T[1] > T[0]
+    res = experiments.run("hist_sgd", overrides={"steps": 4, "record_every": 2, "n_test": 10}, cache=False)
+    assert res.column("step").tolist() == [0, 2, 4] and np.all(np.isfinite(res.column("loss")))
+
+
+def test_train_sgd_bad_attention():
+    from attnlab.experiments.histogram import train_sgd
+
+    with pytest.raises(ValueError, match="attention"):
+        train_sgd(d=3, N=4, attention="relu")
