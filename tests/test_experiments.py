@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from attnlab import experiments as ex
 from attnlab.experiments import _core
 

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 import torch
-from attnlab.train import History, train
 from torch import nn
+
+from attnlab.train import History, train
 
 
 def _regression(n=64, d=3, seed=0):
