@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+
 from attnlab.models import LinearSelfAttention
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn

@@ -6,6 +6,10 @@ introduces it and the equation it implements.
 
 from __future__ import annotations
 
+import torch
+from torch import nn
+
+from attnlab.validation import check_int
 
 # ---------------------------------------------------------------------------------------------
 # Part I (paper A): linear self-attention on one-hot tokens.
