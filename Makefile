@@ -44,7 +44,7 @@ unit: $(STAMP)
 nbval: $(STAMP)
 	rm -rf $(NBDIR)
 	$(BIN)/python tests/convert_chapters.py $(NBDIR)
-	cd $(NBDIR) && $(CURDIR)/$(BIN)/python -m pytest --nbval-lax -n 2 -q -p no:cacheprovider \
+	cd $(NBDIR) && $(abspath $(BIN))/python -m pytest --nbval-lax -n 2 -q -p no:cacheprovider \
 		--rootdir=. -c /dev/null --dist loadfile .
 
 # The book build executes every chapter again; -W turns any warning into a failure.
