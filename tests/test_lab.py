@@ -5,8 +5,9 @@ on 127.0.0.1 with a throw-away token and runtime dir, as a subprocess of the tes
 scratch copy of ``book/intro.md`` and ``jupytext.toml``. Through the REST API it opens the ``.md``
 as a notebook (jupytext's contents manager), starts its kernel, executes the chapter's first code
 cells over the kernel's websocket channel (they import ``attnlab``), checks their outputs and that
-the kernel runs in this environment, saves the notebook (which writes the paired ``.ipynb``), and
-shuts everything down: nothing is left running and the port is closed.
+the kernel runs in this environment, saves the notebook (which writes the paired ``.ipynb``),
+saves an edit made in the ``.ipynb`` (which reaches the ``.md``), and shuts everything down:
+nothing is left running and the port is closed.
 
 ``test_make_notebooks_keeps_outputs_and_cell_ids`` runs the command of ``make notebooks``.
 
@@ -347,13 +348,16 @@ def test_lab_runs_a_chapter(tmp_path):
         # Start the chapter's kernel in the chapter's folder and run its first cells.
         status, kernel = server.api("POST", "/api/kernels", {"name": kernel_name, "path": CHAPTER})
         assert status == 201, kernel
-        results = asyncio.run(_run_cells(server, kernel["id"], [PROBE_KERNEL, *cells, PROBE_ATTNLAB]))
+        sources = [PROBE_KERNEL, *cells, PROBE_ATTNLAB]
+        results = asyncio.run(_run_cells(server, kernel["id"], sources))
         if results[0]["status"] == "ok":  # its process, so that close() can make sure it is gone
             server.kernels.append(psutil.Process(json.loads(_text(results[0]))["pid"]))
         names = ["probe", *(f"code cell {i}" for i in range(len(cells))), "probe"]
-        for name, result in zip(names, results, strict=False):
+        for name, source, result in zip(names, sources, results, strict=False):
             errors = [m["content"] for m in result["outputs"] if m["msg_type"] == "error"]
-            assert result["status"] == "ok" and not errors, f"{name} failed: {result['reply']} {errors}"
+            if result["status"] != "ok" or errors:
+                why = "; ".join(f"{e.get('ename')}: {e.get('evalue')}" for e in [result["reply"], *errors])
+                pytest.fail(f"{name} failed with {why}:\n{source[:500]}")
             stderr = [m for m in result["outputs"] if m["content"].get("name") == "stderr"]
             assert not stderr, f"{name} wrote to stderr: {stderr}"
         assert len(results) == len(names)
@@ -388,6 +392,19 @@ def test_lab_runs_a_chapter(tmp_path):
         saved = [c for c in paired.cells if c.cell_type == "code"]
         assert [c.source for c in saved] == code
         assert _text(ran[-1]) in "".join(o.get("text", "") for o in saved[first_check].outputs)
+
+        # The other way round: opening the .ipynb shows the outputs, and an edit saved there
+        # reaches the .md.
+        ipynb = CHAPTER.removesuffix(".md") + ".ipynb"
+        status, model = server.api("GET", f"/api/contents/{ipynb}?type=notebook&content=1")
+        other = model["content"]
+        assert [c["source"] for c in other["cells"] if c["cell_type"] == "code"] == code
+        assert any(c.get("outputs") for c in other["cells"] if c["cell_type"] == "code")
+        edit = "An edit made in the paired notebook."
+        other["cells"].append({"cell_type": "markdown", "id": "edit", "metadata": {}, "source": edit})
+        status, _ = server.api("PUT", f"/api/contents/{ipynb}", {"type": "notebook", "content": other})
+        assert status == 200
+        assert (root / CHAPTER).read_text().rstrip().endswith(edit), "the .md missed the edit"
 
         status, _ = server.api("DELETE", f"/api/kernels/{kernel['id']}")
         assert status == 204
