@@ -67,8 +67,11 @@ browser: $(STAMP)
 
 # The paired notebook next to every chapter (git-ignored). The .md stays the source: --update
 # takes the inputs from the .md and keeps the outputs and cell ids of an existing .ipynb.
+# --use-source-timestamp gives the .ipynb its .md's time: Jupyter (jupytext) refuses to open a
+# pair whose .ipynb is newer than its .md unless their texts agree, which the order and style of
+# cell options (e.g. `caption: |`) in a hand-written .md prevent.
 notebooks: $(STAMP)
-	$(BIN)/jupytext --to ipynb --update $(CHAPTERS)
+	$(BIN)/jupytext --to ipynb --update --use-source-timestamp $(CHAPTERS)
 
 # JupyterLab on 127.0.0.1; open a chapter's .md and run it (its kernel is this .venv's Python,
 # where attnlab is installed). Saving writes the paired .ipynb as well (jupytext.toml).

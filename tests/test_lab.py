@@ -43,7 +43,7 @@ STARTUP_S = 60  # generous: a loaded 2-core machine; a healthy start takes a few
 CELL_S = 60
 
 # The arguments of jupytext in `make notebooks` (keep in step with the Makefile).
-NOTEBOOKS_ARGS = ["--to", "ipynb", "--update"]
+NOTEBOOKS_ARGS = ["--to", "ipynb", "--update", "--use-source-timestamp"]
 
 
 def _require_lab():
@@ -430,11 +430,20 @@ def _alive(process) -> bool:
 
 
 def test_make_notebooks_keeps_outputs_and_cell_ids(tmp_path):
-    """`jupytext --to ipynb --update` takes the inputs from the .md and keeps outputs and ids."""
+    """`make notebooks` takes the inputs from the .md, keeps outputs and ids, and Jupyter opens
+    the pair afterwards (jupytext refuses a pair whose .ipynb is newer than its .md when their
+    texts differ, even only in the order or style of the cell options)."""
+    _require_lab()
+    from jupytext import TextFileContentsManager
+
     root = _scratch_project(tmp_path)
     md, ipynb = root / CHAPTER, root / "book" / "intro.ipynb"
+    hour_ago = time.time() - 3600
+    os.utime(md, (hour_ago, hour_ago))  # as after a clone or an edit some time ago
     run = [*NOTEBOOKS_ARGS, str(md)]
     assert jupytext_cli(run) in (None, 0)
+    model = TextFileContentsManager(root_dir=str(root)).get(CHAPTER)
+    assert model["type"] == "notebook"
     nb = jupytext.read(ipynb)
     first = next(c for c in nb.cells if c.cell_type == "code")
     first.outputs = [nbformat.v4.new_output("stream", name="stdout", text="kept\n")]
@@ -455,3 +464,4 @@ def test_make_notebooks_keeps_outputs_and_cell_ids(tmp_path):
     assert kept.source.endswith("extra = 1")
     assert [o["text"] for o in kept.outputs] == ["kept\n"], "outputs were lost"
     assert md.read_text() == edited, "the .md is the source: it must not be rewritten"
+    assert TextFileContentsManager(root_dir=str(root)).get(CHAPTER)["type"] == "notebook"
