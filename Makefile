@@ -6,17 +6,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NBDIR := _build/nbval
+# Every chapter (book/**/*.md), for `make notebooks`.
+CHAPTERS := $(shell find book -name '*.md' | sort)
+# JupyterLab settings shipped with the environment: a double click opens a chapter's .md as a
+# notebook (jupytext's "Jupytext Notebook" viewer) instead of as text, and JupyterLab does not
+# ask to fetch news or check for updates (it runs offline). A user's own settings win.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/attnlab-jupytext.json
+LAB_HOST ?= 127.0.0.1
+LAB_PORT ?= 8888
+# e.g. make lab LAB_ARGS=--no-browser
 
 # Experiments cache their results by configuration; a test run starts from an empty cache.
 export ATTNLAB_CACHE := $(CURDIR)/_build/cache
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test install lint unit chapters nbval build browser clean
+.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[book,test]"
+	$(BIN)/python -m pip install --quiet -e ".[book,test,lab]"
+	mkdir -p $(dir $(LAB_OVERRIDES))
+	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}, "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_OVERRIDES)
 	touch $@
 
 install: $(STAMP)
@@ -53,6 +64,20 @@ build: $(STAMP)
 
 browser: $(STAMP)
 	$(BIN)/python -m pytest tests/test_browser.py -q
+
+# The paired notebook next to every chapter (git-ignored). The .md stays the source: --update
+# takes the inputs from the .md and keeps the outputs and cell ids of an existing .ipynb.
+# --use-source-timestamp gives the .ipynb its .md's time: Jupyter (jupytext) refuses to open a
+# pair whose .ipynb is newer than its .md unless their texts agree, which the order and style of
+# cell options (e.g. `caption: |`) in a hand-written .md prevent.
+notebooks: $(STAMP)
+	$(BIN)/jupytext --to ipynb --update --use-source-timestamp $(CHAPTERS)
+
+# JupyterLab on 127.0.0.1; open a chapter's .md and run it (its kernel is this .venv's Python,
+# where attnlab is installed). Saving writes the paired .ipynb as well (jupytext.toml).
+lab: $(STAMP)
+	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab --ServerApp.ip=$(LAB_HOST) --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf _build
