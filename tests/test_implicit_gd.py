@@ -134,3 +134,33 @@ def test_bad_input(batch):
         one_layer_optimum(10, 20, -1.0)
     with pytest.raises(ValueError, match="n"):
         one_layer_optimum(10, 0)
+
+
+def test_layer_counts_for_gd_and_gdpp():
+    from attnlab.models import gdpp_schedule
+    from attnlab.theory.implicit_gd import (
+        check_gdpp_layers,
+        gd_error_bound,
+        gd_layers_needed,
+        gdpp_layers_needed,
+    )
+
+    assert gd_error_bound(3, 3.0) == pytest.approx(0.125)
+    assert gd_layers_needed(3.0, 0.125) == 3 and gd_layers_needed(3.0, 0.124) == 4
+    for kappa in (10.0, 1e4):
+        L = gdpp_layers_needed(kappa, 1e-8)
+        assert gdpp_schedule(L, 1 / kappa, 1.0)["eps"] <= 1e-8 < gdpp_schedule(L - 1, 1 / kappa, 1.0)["eps"]
+    # log(kappa) growth for GD++, linear growth for GD.
+    assert gdpp_layers_needed(1e8, 1e-8) - gdpp_layers_needed(1e4, 1e-8) < 13
+    assert gd_layers_needed(1e4, 1e-8) > 90_000
+    assert "Correct" in check_gdpp_layers(gdpp_layers_needed(1e4, 1e-6), kappa=1e4, eps=1e-6)
+    with pytest.raises(AssertionError, match="not enough"):
+        check_gdpp_layers(3, kappa=1e4, eps=1e-6)
+    with pytest.raises(AssertionError, match="fewer"):
+        check_gdpp_layers(40, kappa=1e4, eps=1e-6)
+    with pytest.raises(ValueError, match="kappa"):
+        gd_error_bound(2, 0.5)
+    with pytest.raises(ValueError, match="eps"):
+        gdpp_layers_needed(10.0, 0.0)
+    with pytest.raises(ValueError, match="max_layers"):
+        gdpp_layers_needed(10.0, 1e-30, max_layers=5)

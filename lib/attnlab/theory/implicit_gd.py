@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
 from attnlab.validation import check_finite, check_int, check_real, check_shape
 
 __all__ = [
+    "check_gdpp_layers",
     "check_one_layer_optimum",
     "data_statistics",
+    "gd_error_bound",
+    "gd_layers_needed",
+    "gdpp_layers_needed",
     "implicit_state",
     "implicit_tokens",
     "implicit_weights",
@@ -249,3 +254,55 @@ def check_one_layer_optimum(
             f"half_mse = {half_mse:.6g} is not the loss at the optimal step (don't forget the 1/2)"
         )
     return "Correct: both the optimal step and its loss match."
+
+
+def gd_error_bound(n_layers: int, kappa: float) -> float:
+    """``((kappa - 1) / (kappa + 1))^L``: relative error of ``L`` GD layers, best fixed step (chapter 03).
+
+    With ``Sigma``'s spectrum in ``[nu/kappa, nu]`` and ``eta = 2 / (mu + nu)``, every eigendirection of
+    ``w* - w^L`` shrinks by ``|1 - eta lam|^L <= ((kappa - 1)/(kappa + 1))^L``.
+    """
+    n_layers = check_int("n_layers", n_layers, minimum=0)
+    kappa = check_real("kappa", kappa, minimum=1.0)
+    return ((kappa - 1.0) / (kappa + 1.0)) ** n_layers
+
+
+def gd_layers_needed(kappa: float, eps: float) -> int:
+    """The fewest GD layers whose :func:`gd_error_bound` is ``<= eps`` (about ``kappa/2 log(1/eps)``)."""
+    kappa = check_real("kappa", kappa, minimum=1.0)
+    eps = check_real("eps", eps, minimum=0.0, strict_minimum=True)
+    if kappa == 1.0 or eps >= 1.0:
+        return 1
+    return max(1, int(np.ceil(np.log(eps) / np.log((kappa - 1.0) / (kappa + 1.0)) - 1e-12)))
+
+
+def gdpp_layers_needed(kappa: float, eps: float, *, max_layers: int = 1000) -> int:
+    """The fewest layers of the GD++ construction (Thm 5.1) whose guaranteed error is ``<= eps`` (chapter 03).
+
+    Uses :func:`attnlab.models.gdpp_schedule` with spectrum bounds ``[1/kappa, 1]``; the count grows like
+    ``log(kappa) / log(9/4) + log2 log(1/eps)``.
+    """
+    from attnlab.models import gdpp_schedule
+
+    kappa = check_real("kappa", kappa, minimum=1.0)
+    eps = check_real("eps", eps, minimum=0.0, strict_minimum=True)
+    max_layers = check_int("max_layers", max_layers, minimum=1)
+    for n_layers in range(1, max_layers + 1):
+        if gdpp_schedule(n_layers, 1.0 / kappa, 1.0)["eps"] <= eps:
+            return n_layers
+    raise ValueError(f"eps={eps:g} is not reached within max_layers={max_layers} (below rounding error?)")
+
+
+def check_gdpp_layers(answer, *, kappa: float, eps: float) -> str:
+    """Exercise checker (chapter 03): is ``answer`` the number of GD++ layers needed for ``(kappa, eps)``?"""
+    answer = check_int("answer", answer, minimum=1)
+    need = gdpp_layers_needed(kappa, eps)
+    if answer > need:
+        raise AssertionError(
+            f"{answer} layers suffice, but fewer do too: iterate the eigenvalue-ratio map"
+        )
+    if answer < need:
+        raise AssertionError(
+            f"{answer} layers are not enough: the guaranteed error is above eps={eps:g}"
+        )
+    return f"Correct: {need} GD++ layers (plain GD needs {gd_layers_needed(kappa, eps)})."
