@@ -295,7 +295,7 @@ def gdpp_schedule(n_layers: int, mu: float, nu: float) -> dict:
         mus.append(mus[-1] * (1.0 - gamma * mus[-1]) ** 2)
         nus.append(4.0 * nus[-1] / 9.0)
     eta = 2.0 / (mus[-1] + nus[-1])
-    eps = (nus[-1] - mus[-1]) / (nus[-1] + mus[-1])
+    eps = abs(nus[-1] - mus[-1]) / (nus[-1] + mus[-1])  # abs: rounding may cross the bounds
     return {"gamma": gammas, "eta": eta, "mu": mus, "nu": nus, "eps": eps}
 
 

@@ -298,11 +298,7 @@ def check_gdpp_layers(answer, *, kappa: float, eps: float) -> str:
     answer = check_int("answer", answer, minimum=1)
     need = gdpp_layers_needed(kappa, eps)
     if answer > need:
-        raise AssertionError(
-            f"{answer} layers suffice, but fewer do too: iterate the eigenvalue-ratio map"
-        )
+        raise AssertionError(f"{answer} layers suffice, but fewer do too: iterate the eigenvalue-ratio map")
     if answer < need:
-        raise AssertionError(
-            f"{answer} layers are not enough: the guaranteed error is above eps={eps:g}"
-        )
+        raise AssertionError(f"{answer} layers are not enough: the guaranteed error is above eps={eps:g}")
     return f"Correct: {need} GD++ layers (plain GD needs {gd_layers_needed(kappa, eps)})."
