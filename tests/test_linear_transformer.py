@@ -172,6 +172,8 @@ def test_bad_call_input(batch):
         full.layer_operator(2, torch.zeros(1, D + 1, D + 1, dtype=torch.float64))
     with pytest.raises(ValueError, match="x_query"):
         full.predict(batch.X, batch.y, batch.x_query[:, :2])
+    with pytest.raises(ValueError, match="dtype"):
+        full.predict(batch.X.float(), batch.y.float(), batch.x_query.float())
     with pytest.raises(ValueError, match="eta"):
         one_step_gd(D, float("nan"))
     with pytest.raises(ValueError, match="nu"):

@@ -175,6 +175,9 @@ class LinearTransformer(nn.Module):
         if not isinstance(Z, torch.Tensor) or Z.ndim != 3 or Z.shape[1] != self.d + 1 or Z.shape[2] < 2:
             shape = list(Z.shape) if isinstance(Z, torch.Tensor) else type(Z).__name__
             raise ValueError(f"Z must be a tensor of shape [batch, d+1={self.d + 1}, n+1>=2], got {shape}")
+        dtype = self.omega_mask.dtype
+        if Z.dtype != dtype:
+            raise ValueError(f"Z (from X, y, x_query) has dtype {Z.dtype} but the model is {dtype}: cast one")
 
     def hidden_states(self, Z: torch.Tensor) -> list[torch.Tensor]:
         """The token matrices ``[Z^0, Z^1, ..., Z^L]``, each ``[batch, d+1, n+1]``."""
