@@ -146,3 +146,11 @@ def test_bad_input_raises(call, match):
     X, y, q, _, _ = _data(B=6)
     with pytest.raises(ValueError, match=match):
         call(X, y, q)
+
+
+def test_implied_ridge_recovers_the_ridge_parameter():
+    X, y, q, _, _ = _data(B=500, sigma=1.0, seed=9)
+    lam = bl.implied_ridge(bl.ridge(X, y, q, 3.7), X, y, q)
+    assert abs(lam - 3.7) / 3.7 < 1e-3
+    with pytest.raises(ValueError, match="prediction"):
+        bl.implied_ridge(np.zeros(3), X, y, q)

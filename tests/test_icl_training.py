@@ -157,3 +157,17 @@ def test_written_out_adam_matches_torch_adam():
         ours.step()
         ref.step()
     assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_diagonal_mass():
+    D = torch.diag(torch.tensor([2.0] * 10 + [-3.0]))
+    assert torch.isclose(it.diagonal_mass(D), torch.tensor(1.0))
+    off = torch.zeros(11, 11)
+    off[0, 1] = 1.0
+    assert it.diagonal_mass(off) == 0
+    mixed = D + 0.0
+    mixed[0, 0] += 1.0  # breaks the scalar x-block: 1.0**2 * (1 - 1/10) of the mass leaves the pattern
+    total = (mixed**2).sum()
+    assert torch.isclose(it.diagonal_mass(mixed), (total - 0.9) / total)
+    with pytest.raises(ValueError, match="P"):
+        it.diagonal_mass(torch.zeros(3, 4))

@@ -48,6 +48,7 @@ __all__ = [
     "adjusted_loss",
     "bayes_optimal",
     "half_mse",
+    "implied_ridge",
     "noise_variance_ols",
     "ols",
     "oracle_ridge",
@@ -442,3 +443,27 @@ def bayes_optimal(X, y, x_query, sigmas, probs, *, return_w: bool = False):
     if return_w:
         return _out(pred, like), _out(w, like)
     return _out(pred, like)
+
+
+def implied_ridge(prediction, X, y, x_query, *, lam_max: float = 1e4) -> float:
+    """The constant ``σ̂²`` whose ridge predictions are closest to ``prediction`` (least squares).
+
+    Reads a trained model as a ridge regression (chapter 05): on prompts of one noise level,
+    a model that adapts to the noise should imply a larger ``σ̂²`` for noisier prompts, while a
+    fixed algorithm (GD++) implies about the same one at every noise level.
+    """
+    sp = Spectral(X, y, x_query)
+    B = sp.y.shape[0]
+    check_shape("prediction", prediction, (B,))
+    p = _as_torch("prediction", prediction).numpy()
+    lam_max = check_positive("lam_max", lam_max)
+    qb, ev = sp._qb.numpy(), sp.evals.numpy()
+
+    def gap(t):
+        return float(np.mean(((qb / (ev + np.exp(t))).sum(-1) - p) ** 2))
+
+    grid = np.linspace(np.log(1e-4), np.log(lam_max), 60)
+    k = int(np.argmin([gap(t) for t in grid]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    res = optimize.minimize_scalar(gap, bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
+    return float(np.exp(res.x))

@@ -32,6 +32,7 @@ available for the reduced CPU runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,10 +58,12 @@ __all__ = [
     "TrainedGroup",
     "TrainedICL",
     "evaluate",
+    "diagonal_mass",
     "forward",
     "forward_gdpp_spectral",
     "gram_inputs",
     "init_params",
+    "num_threads_scope",
     "omega",
     "parse_noise",
     "sample_icl",
@@ -292,6 +295,20 @@ def forward_gdpp_spectral(
     return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
 
 
+def diagonal_mass(P: torch.Tensor) -> torch.Tensor:
+    """Share of ``‖P‖_F²`` in the DIAG pattern ``diag(c I_d, c_y)``: ``[...]`` for ``P [..., d+1, d+1]``.
+
+    The projection onto that pattern keeps the mean of the x-block's diagonal (times ``I_d``) and
+    the ``y``-``y`` entry, so the share is ``(tr(P_xx)²/d + P_yy²) / ‖P‖_F²`` (chapter 05). A
+    random Gaussian matrix has about ``2/(d+1)²``; a DIAG matrix has 1.
+    """
+    if not isinstance(P, torch.Tensor) or P.ndim < 2 or P.shape[-1] != P.shape[-2] or P.shape[-1] < 2:
+        raise ValueError(f"P must be a tensor [..., d+1, d+1], got {getattr(P, 'shape', type(P).__name__)}")
+    d = P.shape[-1] - 1
+    tr = P[..., :d, :d].diagonal(dim1=-2, dim2=-1).sum(-1)
+    return (tr**2 / d + P[..., d, d] ** 2) / (P**2).sum((-2, -1))
+
+
 def to_model(param: str, theta: torch.Tensor, *, d: int = 10, dtype="float64"):
     """A :class:`attnlab.models.LinearTransformer` holding the weights ``theta [L, H, ...]`` of one model.
 
@@ -356,6 +373,21 @@ class TrainedICL:
                 f"param/n_layers ({param!r}, {n_layers}) was not trained; have {sorted(self.groups)}"
             )
         return self.groups[(param, n_layers)]
+
+
+@contextlib.contextmanager
+def num_threads_scope(n: int | None):
+    """Run a block with ``torch.set_num_threads(n)``, restoring the previous value (``None``: no change)."""
+    if n is None:
+        yield
+        return
+    n = check_int("num_threads", n, minimum=1)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class _Adam:
@@ -425,51 +457,11 @@ def train_icl(
     tiny batched matrix products run faster on one thread, and far faster on a busy machine;
     ``None`` leaves the setting alone.
     """
-    if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1)
-        previous = torch.get_num_threads()
-        torch.set_num_threads(num_threads)
-        try:
-            return _train_icl(
-                params,
-                depths,
-                noise,
-                seeds,
-                d,
-                n,
-                n_heads,
-                steps,
-                batch_size,
-                lr,
-                betas,
-                lr_schedule,
-                init_scale,
-                data_seed,
-                record_every,
-                device,
-                dtype,
-            )
-        finally:
-            torch.set_num_threads(previous)
-    return _train_icl(
-        params,
-        depths,
-        noise,
-        seeds,
-        d,
-        n,
-        n_heads,
-        steps,
-        batch_size,
-        lr,
-        betas,
-        lr_schedule,
-        init_scale,
-        data_seed,
-        record_every,
-        device,
-        dtype,
-    )
+    with num_threads_scope(num_threads):
+        return _train_icl(
+            params, depths, noise, seeds, d, n, n_heads, steps, batch_size, lr, betas,
+            lr_schedule, init_scale, data_seed, record_every, device, dtype,
+        )  # fmt: skip
 
 
 def _train_icl(

@@ -74,11 +74,11 @@ def _labels(data: dict, sigma: torch.Tensor) -> torch.Tensor:
     "icl_baselines",
     book={
         "noise": TABLE1_NOISE,
-        "n_eval": 100_000,
+        "n_eval": 50_000,
         "n_tune": 20_000,
         "d": 10,
         "n": 20,
-        "nodes": 48,
+        "nodes": 32,
         "seed": 0,
     },
     paper={
@@ -233,9 +233,9 @@ _BOOK = {
     "depths": [1, 2, 3, 4],
     "noise": ["uniform:0", "uniform:1", "uniform:3", "uniform:5"],
     "n_seeds": 1,
-    "steps": 600,
-    "batch_size": 128,
-    "lr": 1e-2,
+    "steps": 400,
+    "batch_size": 64,
+    "lr": {"gdpp": 1e-2, "diag": 3e-3, "full": 1e-3},
     "betas": [0.9, 0.98],
     "lr_schedule": "cosine",
     "init_scale": None,
@@ -243,13 +243,14 @@ _BOOK = {
     "data_seed": 0,
     "d": 10,
     "n": 20,
-    "n_eval": 20_000,
+    "n_eval": 10_000,
     "eval_seed": 123,
-    "chunk": 5_000,
+    "chunk": 10_000,
     "profile_sigmas": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
     "profile_noise": ["uniform:5"],
-    "profile_n": 4_000,
+    "profile_n": 2_000,
     "keep_weights": True,
+    "part": "all",
 }
 _PAPER = dict(
     _BOOK,
@@ -257,11 +258,12 @@ _PAPER = dict(
     depths=[1, 2, 3, 4, 5, 7],
     noise=TABLE1_NOISE,
     n_seeds=1,
-    steps=1200,
+    steps=800,
     batch_size=128,
     lr=3e-3,
     record_every=100,
     n_eval=100_000,
+    chunk=5_000,
     profile_sigmas=[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
     profile_noise=["uniform:7"],
     profile_n=10_000,
@@ -276,6 +278,21 @@ _PAPER = dict(
     description="Train GD++/DIAG/FULL linear transformers on mixed-noise regression (Table 1)",
 )
 def icl_mixed_noise(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
+
+
+def _select_part(config: dict) -> dict:
+    """``part = "k/m"`` keeps the noise settings ``noise[k::m]``: a long run split into processes."""
+    if config["part"] == "all":
+        return config
+    k, _, m = str(config["part"]).partition("/")
+    if not (k.isdigit() and m.isdigit() and 0 <= int(k) < int(m)):
+        raise ValueError(f"part must be 'all' or 'k/m' with 0 <= k < m, got {config['part']!r}")
+    return {**config, "noise": list(config["noise"])[int(k) :: int(m)]}
+
+
+def _rows(config: dict, device: str) -> list[dict]:
+    config = _select_part(config)
     res = _train(config, device)
     rows = _eval_models(res, config)
     rows += _profiles(res, rows, config)
@@ -305,4 +322,155 @@ def icl_mixed_noise(config: dict, device: str) -> list[dict]:
                             "theta": grp.theta[si, r].double().numpy().tolist(),
                         }
                     )
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# Chapter 05: well-trained models to look inside, and the decayed-attention variant.
+# ------------------------------------------------------------------------------------------------
+
+
+@experiment(
+    "icl_trained_models",
+    book={
+        **_BOOK,
+        "params": ["gdpp", "diag", "full"],
+        "depths": [2, 4],
+        "noise": ["uniform:5"],
+        "n_seeds": 1,
+        "steps": 1000,
+        "batch_size": 128,
+        "lr": {"gdpp": 1e-2, "diag": 3e-3, "full": 1e-3},
+        "record_every": 50,
+        "n_eval": 10_000,
+        "chunk": 10_000,
+        "profile_noise": [],
+        "keep_weights": True,
+    },
+    paper={
+        **_PAPER,
+        "params": ["gdpp", "diag", "full"],
+        "depths": [2, 4],
+        "noise": ["uniform:5"],
+        "n_seeds": 5,
+        "steps": 200_000,
+        "batch_size": 2048,
+        "lr": 1e-4,
+        "lr_schedule": "constant",
+        "record_every": 1000,
+        "profile_noise": [],
+        "keep_weights": True,
+    },
+    description="GD++, DIAG and FULL models on sigma_max = 5 with their weights (chapter 05)",
+)
+def icl_trained_models(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
+
+
+def _decayed_forward(theta, logit, outer, e_t, n_layers):
+    """DIAG layers whose keys are weighted by ``γ_l^(n−j)`` (RetNet-like decay from the query).
+
+    Every token still moves by one map ``T_l = I + Ω_l ∘ G_l``, now with the weighted Gram
+    matrix ``G_l = C_l (Σ_j γ_l^(n−j) e_j e_jᵀ) C_lᵀ`` of the tokens after ``C_l = T_{l−1}⋯T_0``.
+    ``theta [M, L, H, 4]``, ``logit [M, L]`` (``γ = sigmoid``), ``outer [B, n, D, D]`` (the
+    ``e_j e_jᵀ``, shared by all models), ``e_t [B, D]``. Returns ``[M, B]``.
+    """
+    n, D = outer.shape[1], outer.shape[-1]
+    gamma = torch.sigmoid(logit)  # [M, L]
+    dist = torch.arange(n - 1, -1, -1, dtype=outer.dtype)  # n − j for j = 1..n
+    C = torch.eye(D, dtype=outer.dtype)
+    e = e_t
+    for layer in range(n_layers):
+        wts = gamma[:, layer, None] ** dist  # [M, n]
+        G0 = torch.einsum("mn,bnij->mbij", wts, outer)  # [M, B, D, D], one GEMM
+        G = C @ G0 @ C.transpose(-1, -2)
+        T = it._layer_map("diag", theta[:, layer], G)  # [M, B, D, D]
+        e = (T * e[..., None, :]).sum(-1)
+        C = T @ C
+    return -e[..., -1]
+
+
+def _decay_inputs(X, y, x_query):
+    E = torch.cat([X, y[..., None]], dim=-1)  # [B, n, D]
+    _, e_t = it.gram_inputs(X, y, x_query)
+    return E[..., :, None] * E[..., None, :], e_t  # [B, n, D, D], [B, D]
+
+
+@experiment(
+    "icl_decay",
+    book={
+        "variants": ["none", "learned", "fixed:0.8"],
+        "n_layers": 2,
+        "noise": "uniform:3",
+        "n_seeds": 2,
+        "steps": 400,
+        "batch_size": 64,
+        "lr": 3e-3,
+        "lr_gamma": 3e-2,
+        "gamma_init": 0.8,
+        "d": 10,
+        "n": 20,
+        "n_eval": 20_000,
+        "eval_seed": 321,
+    },
+    paper={
+        "variants": ["none", "learned", "fixed:0.8"],
+        "n_layers": 2,
+        "noise": "uniform:3",
+        "n_seeds": 5,
+        "steps": 20_000,
+        "batch_size": 2048,
+        "lr": 1e-3,
+        "lr_gamma": 1e-2,
+        "gamma_init": 0.8,
+        "d": 10,
+        "n": 20,
+        "n_eval": 100_000,
+        "eval_seed": 321,
+    },
+    description="Linear attention with decayed keys (RetNet-like), learned or fixed decay (chapter 05)",
+)
+def icl_decay(config: dict, device: str) -> list[dict]:
+    variants, L, R = config["variants"], config["n_layers"], config["n_seeds"]
+    d, n, B = config["d"], config["n"], config["batch_size"]
+    M = len(variants) * R
+    g = torch.Generator().manual_seed(0)
+    theta = ((0.002 / L) * torch.randn(M, L, 1, 4, generator=g)).requires_grad_(True)
+    logit0 = []
+    for v in variants:  # "none": γ = sigmoid(30) = 1 in float32; "fixed:g" and "learned" start at g
+        gam = config["gamma_init"] if v == "learned" else (None if v == "none" else float(v.split(":")[1]))
+        logit0.append(30.0 if gam is None else float(np.log(gam / (1 - gam))))
+    logit = torch.tensor(logit0).repeat_interleave(R)[:, None].repeat(1, L).clone().requires_grad_(True)
+    learn = torch.tensor([v == "learned" for v in variants]).repeat_interleave(R)
+    adam = it._Adam([theta, logit], [config["lr"], config["lr_gamma"]], (0.9, 0.98))
+    data_gen = torch.Generator().manual_seed(1)
+    with it.num_threads_scope(1):
+        for step in range(config["steps"]):
+            batch = it.sample_icl([config["noise"]], 1, B, d=d, n=n, generator=data_gen)
+            X, y, xq, t = (batch[k][0, 0] for k in ("X", "y", "x_query", "target"))
+            pred = _decayed_forward(theta, logit, *_decay_inputs(X, y, xq), L)  # [M, B]
+            loss = 0.5 * ((pred - t) ** 2).mean(-1).sum()
+            theta.grad, logit.grad = None, None
+            loss.backward()
+            logit.grad[~learn] = 0.0  # fixed decays stay fixed
+            adam.step(it._lr_factor("cosine", step, config["steps"]))
+        data = _common_data(config["n_eval"], d, n, config["eval_seed"])
+        sigma = _sigma(config["noise"], data["u"])
+        y = _labels(data, sigma)
+        oracle_sq = 0.5 * (bl.oracle_ridge(data["X"], y, data["x_query"], sigma) - data["target"]) ** 2
+        adj = []
+        with torch.no_grad():
+            th, lg = theta.double(), logit.double()
+            for start in range(0, config["n_eval"], 2000):
+                sl = slice(start, start + 2000)
+                p = _decayed_forward(th, lg, *_decay_inputs(data["X"][sl], y[sl], data["x_query"][sl]), L)
+                adj.append(0.5 * (p - data["target"][sl]) ** 2 - oracle_sq[sl])
+        adj = torch.cat(adj, dim=-1).mean(-1)  # [M]
+    rows = []
+    for m in range(M):
+        gam = torch.sigmoid(logit[m]).tolist()
+        rows.append(
+            {"variant": variants[m // R], "seed": m % R, "adjusted": float(adj[m]),
+             **{f"gamma_{l + 1}": gam[l] for l in range(L)}}
+        )  # fmt: skip
     return rows
