@@ -1,0 +1,469 @@
+"""Baselines for in-context linear regression with mixed noise (Part III, chapter 04).
+
+Every predictor here reads one regression problem per row of a batch, ``X [B, n, d]``,
+``y [B, n]`` and a query ``x_query [B, d]``, and returns its prediction ``[B]`` for the query
+(numpy in, numpy out; torch in, torch out). All are ridge regressions
+
+.. math::  \\hat y = x_t^\\top (\\Sigma + \\hat\\sigma^2 I)^{-1} \\alpha,
+           \\qquad \\Sigma = \\sum_i x_i x_i^\\top,\\; \\alpha = \\sum_i y_i x_i,
+
+that differ only in the variance estimate ``σ̂²`` (chapter 04, eq. ``eq-ridge``):
+
+- :func:`oracle_ridge`: the true σ of each sequence. With the prior ``w ~ N(0, I)`` and a known
+  σ this is the posterior mean of ``w``, hence the best possible predictor given σ; the paper's
+  *adjusted loss* (:func:`adjusted_loss`) subtracts its loss.
+- :func:`ols`: ``σ̂² = 0``.
+- :class:`ConstRR`: one scalar ``σ̂²`` for the whole task, tuned on held-out data.
+- :func:`ada_ridge` (AdaRR): ``σ̂² = Σ_j (y_j − ŷ_j^OLS)² / (n − d)``, the unbiased estimate.
+- :class:`TunedRR`: ``σ̂² = min(c · σ̂²_AdaRR, τ)``, with the multiplier ``c`` and the cap ``τ``
+  tuned on held-out data (the paper tunes "a multiplicative adjustment" and "a maximum threshold";
+  it does not give the formula, this is our reading of it).
+
+:func:`bayes_optimal` is the baseline none of the paper's baselines reach: the posterior mean of
+``w`` when σ itself is unknown and drawn from a prior (a discrete grid, or a continuous uniform
+prior discretised by :func:`uniform_sigma_grid`). It mixes the ridge solutions for every σ on the
+grid with the posterior weights of σ (computed with a log-sum-exp).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import optimize
+
+from attnlab.validation import (
+    check_finite,
+    check_int,
+    check_positive,
+    check_probabilities,
+    check_real,
+    check_shape,
+)
+
+__all__ = [
+    "ConstRR",
+    "Spectral",
+    "TunedRR",
+    "ada_ridge",
+    "adjusted_loss",
+    "bayes_optimal",
+    "half_mse",
+    "implied_ridge",
+    "noise_variance_ols",
+    "ols",
+    "oracle_ridge",
+    "ridge",
+    "sigma_posterior",
+    "uniform_sigma_grid",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# Input handling: numpy or torch in, the same kind out, float64 inside.
+# ------------------------------------------------------------------------------------------------
+
+
+def _as_torch(name: str, a) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        return a.detach().to(dtype=torch.float64)
+    if isinstance(a, np.ndarray):
+        return torch.from_numpy(np.asarray(a, dtype=np.float64))
+    raise ValueError(f"{name} must be a numpy array or torch tensor, got {type(a).__name__}")
+
+
+def _problem(X, y, x_query=None):
+    """Validate a batch of regression problems; return float64 tensors and the output kind."""
+    if not isinstance(X, (np.ndarray, torch.Tensor)):
+        raise ValueError(f"X must be a numpy array or torch tensor, got {type(X).__name__}")
+    if X.ndim != 3:
+        raise ValueError(f"X must have shape [B, n, d], got {list(X.shape)}")
+    B, n, d = X.shape
+    check_shape("y", y, (B, n))
+    Xt, yt = _as_torch("X", X), _as_torch("y", y)
+    check_finite("X", Xt)
+    check_finite("y", yt)
+    qt = None
+    if x_query is not None:
+        check_shape("x_query", x_query, (B, d))
+        qt = _as_torch("x_query", x_query)
+        check_finite("x_query", qt)
+    return Xt, yt, qt, X
+
+
+def _out(value: torch.Tensor, like):
+    if isinstance(like, torch.Tensor):
+        return value.to(device=like.device, dtype=like.dtype)
+    return value.numpy()
+
+
+def _per_sequence(name: str, value, B: int) -> torch.Tensor:
+    """A scalar or a length-B array of non-negative reals, as a float64 tensor [B]."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        if value.ndim == 0:
+            value = float(value)
+        else:
+            check_shape(name, value, (B,))
+            t = _as_torch(name, value)
+            check_finite(name, t)
+            if bool((t < 0).any()):
+                raise ValueError(f"{name} must be non-negative")
+            return t
+    value = check_real(name, value, minimum=0.0)
+    return torch.full((B,), value, dtype=torch.float64)
+
+
+def _stats(X: torch.Tensor, y: torch.Tensor):
+    Sigma = X.transpose(1, 2) @ X  # [B, d, d]
+    alpha = (X * y[..., None]).sum(1)  # [B, d]
+    return Sigma, alpha
+
+
+def _ridge_t(X, y, q, lam):
+    """Ridge predictions for float64 tensors, ``lam`` [B]; ``lam = 0`` with ``n < d`` uses pinv."""
+    Sigma, alpha = _stats(X, y)
+    d = X.shape[-1]
+    A = Sigma + lam[:, None, None] * torch.eye(d, dtype=X.dtype)
+    if X.shape[1] < d and bool((lam == 0).any()):  # Σ is singular: least squares via pinv
+        w = (torch.linalg.pinv(A, hermitian=True) @ alpha[..., None])[..., 0]
+    else:
+        w = torch.linalg.solve(A, alpha[..., None])[..., 0]  # [B, d]
+    return (w * q).sum(-1)
+
+
+class Spectral:
+    """The eigendecomposition ``Σ = V diag(s) Vᵀ`` of a batch, reused by every ridge variant.
+
+    With ``β = Vᵀα`` and ``q = Vᵀx_t``, ridge with any ``σ̂²`` is ``Σ_k q_k β_k / (s_k + σ̂²)``,
+    so one ``eigh`` serves a whole sweep over ``σ̂²`` (tuning ConstRR and TunedRR) and over the
+    grid of :func:`bayes_optimal`. :meth:`with_y` reuses the decomposition for new labels on the
+    same inputs (the chapter evaluates every noise level on the same ``X``).
+    """
+
+    def __init__(self, X, y, x_query=None):
+        Xt, yt, qt, _ = _problem(X, y, x_query)
+        self.X, self.n, self.d = Xt, Xt.shape[1], Xt.shape[2]
+        Sigma = Xt.transpose(1, 2) @ Xt  # [B, d, d]
+        evals, self.V = torch.linalg.eigh(Sigma)
+        self.evals = evals.clamp(min=0.0)  # [B, d]
+        self.qv = None if qt is None else (self.V.transpose(1, 2) @ qt[..., None])[..., 0]  # [B, d]
+        self._set_y(yt)
+
+    def _set_y(self, yt):
+        self.y = yt
+        alpha = (self.X * yt[..., None]).sum(1)  # [B, d]
+        self.beta = (self.V.transpose(1, 2) @ alpha[..., None])[..., 0]  # [B, d]
+        self.lam_y = (yt**2).sum(-1)  # [B]
+        self._qb = None if self.qv is None else self.qv * self.beta  # [B, d]
+
+    def with_y(self, y) -> Spectral:
+        """The same inputs with new labels ``y [B, n]`` (no new eigendecomposition)."""
+        check_shape("y", y, tuple(self.y.shape))
+        new = object.__new__(Spectral)
+        new.X, new.n, new.d, new.V, new.evals, new.qv = self.X, self.n, self.d, self.V, self.evals, self.qv
+        new._set_y(_as_torch("y", y))
+        return new
+
+    def ridge(self, lam) -> torch.Tensor:
+        """Predictions for ``σ̂² = lam`` (scalar or [B]); needs ``x_query``."""
+        if self.qv is None:
+            raise ValueError("x_query must be given to Spectral(...) to predict")
+        if isinstance(lam, torch.Tensor) and lam.ndim == 1:
+            lam = lam[:, None]
+        else:
+            lam = check_real("lam", float(lam), minimum=0.0)
+        return (self._qb / (self.evals + lam)).sum(-1)
+
+    def ada_sigma2(self) -> torch.Tensor:
+        """``RSS_OLS / (n − d)`` with ``RSS = λ − αᵀΣ⁻¹α`` [B]."""
+        if self.n <= self.d:
+            raise ValueError(
+                f"X must have more examples than dimensions (n > d) for AdaRR, got n={self.n}, d={self.d}"
+            )
+        rss = self.lam_y - (self.beta**2 / self.evals).sum(-1)
+        return rss.clamp(min=0.0) / (self.n - self.d)
+
+    def log_evidence(self, s: torch.Tensor) -> torch.Tensor:
+        """``log N(y; 0, XXᵀ + σ²I)`` up to a constant, for every σ in ``s`` [G]: [B, G]."""
+        s2 = (s**2)[None, None, :]  # [1, 1, G]
+        denom = self.evals[..., None] + s2  # [B, d, G]
+        # Woodbury: yᵀ(XXᵀ+σ²I)⁻¹y = (λ − Σ_k β_k²/(s_k+σ²)) / σ²; Sylvester for the determinant.
+        quad = (self.lam_y[:, None] - (self.beta[..., None] ** 2 / denom).sum(1)) / s2[0]  # [B, G]
+        logdet = (self.n - self.d) * torch.log(s2[0]) + torch.log(denom).sum(1)  # [B, G]
+        return -0.5 * (quad + logdet)
+
+    def bayes(self, s: torch.Tensor, p: torch.Tensor):
+        """Posterior weights of the grid [B, G] and the posterior mean of ``w`` [B, d]."""
+        post = torch.softmax(self.log_evidence(s) + torch.log(p)[None, :], dim=-1)  # log-sum-exp
+        shrink = (post[:, None, :] / (self.evals[..., None] + (s**2)[None, None, :])).sum(-1)  # [B, d]
+        w = (self.V @ (shrink * self.beta)[..., None])[..., 0]  # [B, d]
+        return post, w
+
+
+# ------------------------------------------------------------------------------------------------
+# Ridge family.
+# ------------------------------------------------------------------------------------------------
+
+
+def ridge(X, y, x_query, lam):
+    """Ridge prediction ``x_tᵀ(Σ + lam·I)⁻¹α`` (chapter 04, eq. ``eq-ridge``).
+
+    ``lam`` (a variance, σ̂²) is a non-negative scalar or one value per sequence ``[B]``;
+    ``lam = 0`` gives least squares (the pseudo-inverse when ``Σ`` is singular).
+    """
+    Xt, yt, qt, like = _problem(X, y, x_query)
+    lam_t = _per_sequence("lam", lam, Xt.shape[0])
+    return _out(_ridge_t(Xt, yt, qt, lam_t), like)
+
+
+def oracle_ridge(X, y, x_query, sigma):
+    """Ridge with the true noise variance ``σ²`` of each sequence (``sigma`` is a std, [B])."""
+    Xt, yt, qt, like = _problem(X, y, x_query)
+    s = _per_sequence("sigma", sigma, Xt.shape[0])
+    return _out(_ridge_t(Xt, yt, qt, s**2), like)
+
+
+def ols(X, y, x_query):
+    """Ordinary least squares (``σ̂² = 0``)."""
+    Xt, yt, qt, like = _problem(X, y, x_query)
+    return _out(_ridge_t(Xt, yt, qt, torch.zeros(Xt.shape[0], dtype=torch.float64)), like)
+
+
+def _ada_sigma2(X, y):
+    B, n, d = X.shape
+    if n <= d:
+        raise ValueError(f"X must have n > d for AdaRR, got n={n}, d={d}")
+    Sigma, alpha = _stats(X, y)
+    w = torch.linalg.solve(Sigma, alpha[..., None])[..., 0]
+    r = y - (X @ w[..., None])[..., 0]
+    return (r**2).sum(-1) / (n - d)
+
+
+def noise_variance_ols(X, y):
+    """The unbiased noise-variance estimate ``Σ_j (y_j − ŷ_j^OLS)² / (n − d)`` per sequence [B]."""
+    Xt, yt, _, like = _problem(X, y)
+    return _out(_ada_sigma2(Xt, yt), like)
+
+
+def ada_ridge(X, y, x_query):
+    """AdaRR: ridge with the OLS estimate of the noise variance (needs ``n > d``)."""
+    Xt, yt, qt, like = _problem(X, y, x_query)
+    return _out(_ridge_t(Xt, yt, qt, _ada_sigma2(Xt, yt)), like)
+
+
+def half_mse(prediction, target) -> float:
+    """``½·mean((prediction − target)²)``, the loss of the paper's Table 1."""
+    p, t = _as_torch("prediction", prediction), _as_torch("target", target)
+    if p.shape != t.shape:
+        raise ValueError(
+            f"prediction and target must have the same shape, got {list(p.shape)}, {list(t.shape)}"
+        )
+    return float(0.5 * ((p - t) ** 2).mean())
+
+
+def adjusted_loss(prediction, target, X, y, x_query, sigma) -> float:
+    """The paper's *adjusted loss*: ``½·MSE(prediction) − ½·MSE(oracle ridge)`` on the same data.
+
+    Subtracting the oracle ridge loss (the true σ per sequence) removes the irreducible part, so a
+    model that is as good as knowing σ scores 0 (chapter 04, eq. ``eq-adjusted``).
+    """
+    return half_mse(prediction, target) - half_mse(oracle_ridge(X, y, x_query, sigma), target)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tuned baselines.
+# ------------------------------------------------------------------------------------------------
+
+
+def _fit_inputs(X, y, x_query, target):
+    """``(Spectral, target)`` from raw arrays, or a ready :class:`Spectral` passed as ``X``."""
+    if isinstance(X, Spectral):
+        sp = X
+        if sp.qv is None:
+            raise ValueError("X must be a Spectral built with x_query to fit a baseline")
+    else:
+        sp = Spectral(X, y, x_query)
+    B = sp.y.shape[0]
+    check_shape("target", target, (B,))
+    tt = _as_torch("target", target)
+    check_finite("target", tt)
+    return sp, tt
+
+
+def _mse(pred, target) -> float:
+    return float(0.5 * ((pred - target) ** 2).mean())
+
+
+class ConstRR:
+    """Ridge with one constant ``σ̂²`` for the whole task, tuned on held-out data.
+
+    ``ConstRR().fit(X, y, x_query, target)`` chooses ``lam`` minimising the held-out ½·MSE (a
+    grid over ``log lam`` refined by a bounded scalar search; ``lam = 0`` is a candidate);
+    ``predict(X, y, x_query)`` applies it. ``lam`` may also be given directly. ``fit`` also
+    accepts a :class:`Spectral` as ``X`` (then ``y`` and ``x_query`` are ignored).
+    """
+
+    def __init__(self, lam: float | None = None):
+        self.lam = None if lam is None else check_real("lam", lam, minimum=0.0)
+
+    def fit(self, X, y=None, x_query=None, target=None, *, lam_max: float = 1e3) -> ConstRR:
+        sp, tt = _fit_inputs(X, y, x_query, target)
+        lam_max = check_positive("lam_max", lam_max)
+
+        qb, ev, t = sp._qb.numpy(), sp.evals.numpy(), tt.numpy()  # numpy: many tiny evaluations
+
+        def loss(lam):
+            return float(0.5 * np.mean(((qb / (ev + lam)).sum(-1) - t) ** 2))
+
+        grid = np.concatenate([[0.0], np.geomspace(1e-4, lam_max, 29)])
+        losses = [loss(v) for v in grid]
+        k = int(np.argmin(losses))
+        self.lam = float(grid[k])
+        if k > 0:
+            lo, hi = np.log(grid[max(k - 1, 1)]), np.log(grid[min(k + 1, len(grid) - 1)])
+            res = optimize.minimize_scalar(
+                lambda t: loss(np.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-4}
+            )
+            if res.fun <= losses[k]:
+                self.lam = float(np.exp(res.x))
+        return self
+
+    def predict(self, X, y, x_query):
+        if self.lam is None:
+            raise ValueError("lam is not set: call fit(...) first or pass lam to ConstRR(lam)")
+        return ridge(X, y, x_query, self.lam)
+
+
+class TunedRR:
+    """AdaRR with a tuned multiplier and cap: ``σ̂² = min(c · σ̂²_AdaRR, τ)``.
+
+    The paper tunes "a multiplicative adjustment to the noise estimator" and "a maximum threshold
+    for the estimated variance" without giving the formula; this is our reading of it. ``fit``
+    chooses ``(c, τ)`` on held-out data: a coarse grid, then Nelder–Mead on ``(log c, log τ)``.
+    """
+
+    def __init__(self, c: float | None = None, tau: float | None = None):
+        self.c = None if c is None else check_positive("c", c)
+        self.tau = None if tau is None else check_positive("tau", tau)
+
+    @staticmethod
+    def _rule(s2, c, tau):
+        return torch.clamp(c * s2, max=tau)
+
+    def fit(self, X, y=None, x_query=None, target=None) -> TunedRR:
+        sp, tt = _fit_inputs(X, y, x_query, target)
+        s2 = sp.ada_sigma2().numpy()
+        qb, ev, t = sp._qb.numpy(), sp.evals.numpy(), tt.numpy()  # numpy: many tiny evaluations
+
+        def loss(theta):
+            c, tau = np.exp(theta)
+            lam = np.minimum(c * s2, tau)
+            return float(0.5 * np.mean(((qb / (ev + lam[:, None])).sum(-1) - t) ** 2))
+
+        top = float(np.quantile(s2, 0.99)) * 2 + 1e-3
+        start = min(
+            (
+                (np.log(c), np.log(tau))
+                for c in np.geomspace(0.5, 2, 7)
+                for tau in np.geomspace(1e-2, top, 12)
+            ),
+            key=loss,
+        )
+        res = optimize.minimize(
+            loss,
+            np.asarray(start),
+            method="Nelder-Mead",
+            options={"xatol": 1e-3, "fatol": 1e-10, "maxiter": 200},
+        )
+        self.c, self.tau = (float(v) for v in np.exp(res.x))
+        return self
+
+    def predict(self, X, y, x_query):
+        if self.c is None or self.tau is None:
+            raise ValueError("c and tau are not set: call fit(...) first or pass them to TunedRR(c, tau)")
+        Xt, yt, qt, like = _problem(X, y, x_query)
+        lam = self._rule(_ada_sigma2(Xt, yt), self.c, self.tau)
+        return _out(_ridge_t(Xt, yt, qt, lam), like)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bayes-optimal predictor for a prior on σ.
+# ------------------------------------------------------------------------------------------------
+
+
+def uniform_sigma_grid(sigma_max: float, n_nodes: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Legendre nodes and weights for the uniform prior ``σ ~ U(0, sigma_max)``.
+
+    Returns ``(sigmas, probs)``, ``probs`` summing to one, to pass to :func:`bayes_optimal`: the
+    integral over σ of the posterior becomes a weighted sum over the nodes (chapter 04,
+    eq. ``eq-bayes``). The nodes avoid σ = 0, where the likelihood of a noisy sequence vanishes.
+    """
+    sigma_max = check_positive("sigma_max", sigma_max)
+    n_nodes = check_int("n_nodes", n_nodes, minimum=1)
+    t, w = np.polynomial.legendre.leggauss(n_nodes)
+    return sigma_max * (t + 1) / 2, w / w.sum()
+
+
+def _check_grid(sigmas, probs):
+    s = np.asarray(sigmas.detach().cpu() if isinstance(sigmas, torch.Tensor) else sigmas, dtype=float)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"sigmas must be a non-empty 1-D array, got shape {list(s.shape)}")
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("sigmas must be finite and strictly positive (use ols/ridge for σ = 0)")
+    p = probs.detach().cpu().numpy() if isinstance(probs, torch.Tensor) else probs
+    p = check_probabilities("probs", p, size=s.size)
+    return torch.from_numpy(s), torch.from_numpy(p)
+
+
+def sigma_posterior(X, y, sigmas, probs):
+    """Posterior probabilities of every σ on the grid given each sequence: [B, G].
+
+    ``p(σ_g | X, y) ∝ probs_g · N(y; 0, XXᵀ + σ_g² I)`` (the prior ``w ~ N(0, I)`` integrated out).
+    """
+    _, _, _, like = _problem(X, y)
+    s, p = _check_grid(sigmas, probs)
+    post, _ = Spectral(X, y).bayes(s, p)
+    return _out(post, like)
+
+
+def bayes_optimal(X, y, x_query, sigmas, probs, *, return_w: bool = False):
+    """Bayes-optimal prediction for ``w ~ N(0, I)`` and σ drawn from a grid prior.
+
+    The posterior mean of ``w`` is ``Σ_g p(σ_g | X, y) (Σ + σ_g² I)⁻¹ α`` (chapter 04,
+    eq. ``eq-bayes``); the prediction is its inner product with ``x_query``, which minimises the
+    expected squared error among all functions of ``(X, y, x_query)``. ``sigmas`` (standard
+    deviations, > 0) and ``probs`` (summing to one) describe the prior: a categorical prior
+    directly, a uniform prior ``U(0, σ_max)`` through :func:`uniform_sigma_grid`. Vectorised over
+    the batch and the grid; the posterior is normalised with a log-sum-exp. Returns the
+    prediction ``[B]``, and also the posterior mean of ``w`` ``[B, d]`` when ``return_w=True``.
+    """
+    _, _, qt, like = _problem(X, y, x_query)
+    s, p = _check_grid(sigmas, probs)
+    _, w = Spectral(X, y).bayes(s, p)
+    pred = (w * qt).sum(-1)
+    if return_w:
+        return _out(pred, like), _out(w, like)
+    return _out(pred, like)
+
+
+def implied_ridge(prediction, X, y, x_query, *, lam_max: float = 1e4) -> float:
+    """The constant ``σ̂²`` whose ridge predictions are closest to ``prediction`` (least squares).
+
+    Reads a trained model as a ridge regression (chapter 05): on prompts of one noise level,
+    a model that adapts to the noise should imply a larger ``σ̂²`` for noisier prompts, while a
+    fixed algorithm (GD++) implies about the same one at every noise level.
+    """
+    sp = Spectral(X, y, x_query)
+    B = sp.y.shape[0]
+    check_shape("prediction", prediction, (B,))
+    p = _as_torch("prediction", prediction).numpy()
+    lam_max = check_positive("lam_max", lam_max)
+    qb, ev = sp._qb.numpy(), sp.evals.numpy()
+
+    def gap(t):
+        return float(np.mean(((qb / (ev + np.exp(t))).sum(-1) - p) ** 2))
+
+    grid = np.linspace(np.log(1e-4), np.log(lam_max), 60)
+    k = int(np.argmin([gap(t) for t in grid]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    res = optimize.minimize_scalar(gap, bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
+    return float(np.exp(res.x))

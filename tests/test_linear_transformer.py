@@ -1,0 +1,184 @@
+"""Tests of attnlab.models.LinearTransformer and the hand-set GD / GD++ weights (Part III)."""
+
+import pytest
+import torch
+from attnlab.models import (
+    LinearTransformer,
+    gd_construction,
+    gdpp_construction,
+    gdpp_schedule,
+    one_step_gd,
+)
+from attnlab.tasks.icl_regression import (
+    build_tokens,
+    half_mse,
+    sample_conditioned_regression,
+    sample_regression,
+)
+from attnlab.train import train
+
+D, N = 5, 12
+
+
+@pytest.fixture
+def batch():
+    return sample_regression(16, d=D, n=N, sigma_max=1.0, generator=0, dtype="float64")
+
+
+def naive_forward(P, Q, Z):
+    """Z <- Z + sum_k P_k Z M Z^T Q_k Z, one head at a time (reference for the einsum)."""
+    n = Z.shape[2] - 1
+    M = torch.diag(torch.tensor([1.0] * n + [0.0], dtype=Z.dtype))
+    for layer in range(P.shape[0]):
+        update = torch.zeros_like(Z)
+        for k in range(P.shape[1]):
+            update = update + P[layer, k] @ Z @ M @ Z.transpose(1, 2) @ Q[layer, k] @ Z
+        Z = Z + update
+    return Z
+
+
+@pytest.mark.parametrize(("param", "mode"), [("full", "pq"), ("diag", "pq"), ("gdpp", "pq")])
+def test_forward_matches_the_matrix_form(batch, param, mode):
+    model = LinearTransformer(D, 3, 2, param, diag_mode=mode, init_scale=0.05, seed=1, dtype="float64")
+    P, Q = model.layer_weights()
+    Z = build_tokens(batch.X, batch.y, batch.x_query)
+    torch.testing.assert_close(model(Z), naive_forward(P, Q, Z), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model.predict(batch.X, batch.y, batch.x_query), -model(Z)[:, D, -1])
+
+
+def test_omega_mode_matches_pq_mode(batch):
+    pq = LinearTransformer(D, 2, 3, "diag", diag_mode="pq", init_scale=0.1, seed=2, dtype="float64")
+    om = LinearTransformer(D, 2, 1, "diag", diag_mode="omega", dtype="float64")
+    with torch.no_grad():
+        om.omega.copy_(pq.omegas())
+    torch.testing.assert_close(
+        om.predict(batch.X, batch.y, batch.x_query), pq.predict(batch.X, batch.y, batch.x_query)
+    )
+
+
+def test_query_is_masked_out_of_keys_and_values(batch):
+    model = LinearTransformer(D, 2, 2, "full", init_scale=0.05, seed=0, dtype="float64")
+    Z1 = model(build_tokens(batch.X, batch.y, batch.x_query))
+    Z2 = model(build_tokens(batch.X, batch.y, 3.0 * batch.x_query))
+    torch.testing.assert_close(Z1[:, :, :N], Z2[:, :, :N])  # context tokens never see the query
+    assert not torch.allclose(Z1[:, :, N], Z2[:, :, N])
+
+
+@pytest.mark.parametrize("param", ["full", "diag", "gdpp"])
+def test_one_step_gd_is_one_gd_step(batch, param):
+    eta = 0.037
+    model = one_step_gd(D, eta, param=param)
+    alpha = torch.einsum("bn,bnd->bd", batch.y, batch.X)  # gradient step from w = 0
+    expected = eta * (alpha * batch.x_query).sum(-1)
+    got = model.predict(batch.X, batch.y, batch.x_query)
+    assert (got - expected).abs().max().item() < 1e-12
+
+
+@pytest.mark.parametrize("param", ["full", "diag"])
+def test_gd_construction_is_several_gd_steps(batch, param):
+    eta, L = 0.02, 4
+    model = gd_construction(D, L, eta, param=param)
+    w = torch.zeros(16, D, dtype=torch.float64)
+    for _ in range(L):
+        resid = batch.y - torch.einsum("bnd,bd->bn", batch.X, w)
+        w = w + eta * torch.einsum("bn,bnd->bd", resid, batch.X)
+    expected = (w * batch.x_query).sum(-1)
+    got = model.predict(batch.X, batch.y, batch.x_query)
+    assert (got - expected).abs().max().item() < 1e-12
+    by_layer = model.predictions_by_layer(batch.X, batch.y, batch.x_query)
+    assert by_layer.shape == (L + 1, 16)
+    assert torch.all(by_layer[0] == 0)
+    torch.testing.assert_close(by_layer[-1], got)
+
+
+def test_gdpp_construction_meets_its_bound():
+    b = sample_conditioned_regression(200, d=D, n=N, kappa=30.0, generator=3)
+    scale = b.x_query.norm(dim=1) * b.w.norm(dim=1)
+    for L in (1, 3, 6, 8):
+        sched = gdpp_schedule(L, 1 / 30, 1.0)
+        for mode in ("omega", "pq"):
+            model = gdpp_construction(D, L, 1 / 30, 1.0, diag_mode=mode)
+            err = ((model.predict(b.X, b.y, b.x_query) - b.target).abs() / scale).max().item()
+            assert err <= sched["eps"] * (1 + 1e-9) + 1e-13
+    # Quadratic convergence: the number of correct digits roughly doubles per layer.
+    eps = [gdpp_schedule(L, 1 / 30, 1.0)["eps"] for L in (8, 9, 10)]
+    assert 1.8 < torch.log(torch.tensor(eps[1])) / torch.log(torch.tensor(eps[0])) < 2.3
+    assert 1.8 < torch.log(torch.tensor(eps[2])) / torch.log(torch.tensor(eps[1])) < 2.3
+
+
+def test_gdpp_keeps_q_y_zero_when_trained():
+    model = LinearTransformer(D, 2, 2, "gdpp", init_scale=0.05)
+    train(
+        model,
+        half_mse,
+        lambda B, g: sample_regression(B, D, N, generator=g),
+        optimizer="adam",
+        lr=1e-2,
+        steps=5,
+        batch_size=32,
+    )
+    om = model.omegas()
+    assert torch.all(om[:, 1] == 0) and torch.all(om[:, 3] == 0)
+    assert torch.all(om[:, 0] != 0)
+
+
+def test_training_reaches_the_one_step_optimum_scale():
+    model = LinearTransformer(D, 1, 1, "diag", diag_mode="omega", seed=0)
+    hist = train(
+        model,
+        half_mse,
+        lambda B, g: sample_regression(B, D, N, generator=g),
+        optimizer="adam",
+        lr=1e-2,
+        steps=150,
+        batch_size=128,
+        seed=0,
+    )
+    assert hist.loss[-1] < 0.5 * hist.loss[0]
+    # The best one-step-GD size is 1/(n+d+1): omega_yx should be near -1/18.
+    assert abs(model.omegas()[0, 2].item() + 1 / (N + D + 1)) < 0.2 / (N + D + 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"d": 0}, "d"),
+        ({"n_layers": 0}, "n_layers"),
+        ({"n_heads": 1.0}, "n_heads"),
+        ({"param": "diagonal"}, "param"),
+        ({"diag_mode": "w"}, "diag_mode"),
+        ({"init_scale": -1.0}, "init_scale"),
+        ({"dtype": "int32"}, "dtype"),
+        ({"seed": -3}, "seed"),
+    ],
+)
+def test_bad_constructor_input(kwargs, match):
+    args = {"d": 3, "n_layers": 2, "n_heads": 1, "param": "full"}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        LinearTransformer(**args)
+
+
+def test_bad_call_input(batch):
+    full = LinearTransformer(D, 2, 1, "full", dtype="float64")
+    omega = LinearTransformer(D, 2, 1, "diag", diag_mode="omega", dtype="float64")
+    with pytest.raises(ValueError, match="omegas"):
+        full.omegas()
+    with pytest.raises(ValueError, match="omega"):
+        omega.layer_weights()
+    with pytest.raises(ValueError, match="Z"):
+        full(torch.zeros(2, D, N))
+    with pytest.raises(ValueError, match="layer"):
+        full.layer_operator(2, torch.zeros(1, D + 1, D + 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x_query"):
+        full.predict(batch.X, batch.y, batch.x_query[:, :2])
+    with pytest.raises(ValueError, match="dtype"):
+        full.predict(batch.X.float(), batch.y.float(), batch.x_query.float())
+    with pytest.raises(ValueError, match="eta"):
+        one_step_gd(D, float("nan"))
+    with pytest.raises(ValueError, match="nu"):
+        gdpp_schedule(3, 1.0, 0.5)
+    with pytest.raises(ValueError, match="mu"):
+        gdpp_construction(D, 3, 0.0, 1.0)
+    with pytest.raises(ValueError, match="n_layers"):
+        gdpp_schedule(0, 0.1, 1.0)
