@@ -1,8 +1,10 @@
 """Open every built page in headless Chromium and check what a reader sees.
 
 For each page of ``_build/html``: the math is typeset by the local MathJax (no raw TeX left),
-every image loaded, no request left 127.0.0.1, and the console shows no error. A screenshot of
-the intro page is saved into ``_build/screenshots``.
+every image loaded, every internal link resolves, no request left 127.0.0.1, and the console
+shows no error. Clicking through the sidebar reaches every chapter of the table of contents, and
+a solution dropdown opens on click. Screenshots of the intro and of the first chapter of each
+part are saved into ``_build/screenshots``.
 
 The browser is Debian's ``chromium`` driven by Python playwright (never ``playwright install``).
 Without it the test skips with a message, except under ``CI=true``, where it fails.
@@ -15,10 +17,13 @@ import http.server
 import os
 import shutil
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
@@ -109,10 +114,12 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     broken = page.evaluate(
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )
+    links = page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
     page.close()
+    internal = {urldefrag(link)[0] for link in links if urlparse(link).netloc == host}
     return {
         "math": has_math,
         "typeset": typeset,
@@ -120,16 +127,35 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "broken": broken,
         "foreign": foreign,
         "errors": errors,
+        "links": internal,
     }
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def _toc_chapters() -> list[str]:
+    """The chapters of ``_toc.yml`` as page paths (``book/intro.html``, ...), in reading order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [entry["file"] for entry in part.get("chapters", [])]
+    return [f"{f}.html" for f in files]
 
 
 def test_every_page_renders_offline(server, browser):
     pages = _pages()
     assert len(pages) >= 5, f"expected the book's pages under {HTML}, found {len(pages)}"
-    problems = []
+    problems, links = [], set()
     for path in pages:
         rel = path.relative_to(HTML).as_posix()
         seen = _visit(browser, f"{server}/{rel}")
+        links |= seen["links"]
         if seen["math"] and seen["typeset"] == 0:
             problems.append(f"{rel}: math present but not typeset by MathJax")
         if seen["raw"]:
@@ -140,7 +166,57 @@ def test_every_page_renders_offline(server, browser):
             problems.append(f"{rel}: requests to other hosts: {seen['foreign'][:3]}")
         if seen["errors"]:
             problems.append(f"{rel}: console errors: {seen['errors'][:3]}")
+    for link in sorted(links):
+        if _status(link) != 200:
+            problems.append(f"internal link does not resolve: {link}")
     assert not problems, "\n".join(problems)
+
+
+def test_sidebar_reaches_every_chapter(server, browser):
+    """Start at the intro and click each sidebar entry in turn, as a reader would."""
+    chapters = _toc_chapters()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/book/intro.html")
+    reached = []
+    for target in chapters[1:]:
+        link = page.locator(f"nav.bd-docs-nav a[href$='{Path(target).name}']").first
+        assert link.count() == 1, f"the sidebar has no entry for {target}"
+        link.click()
+        page.wait_for_load_state("load")
+        assert page.url.endswith(target), f"clicking {target} led to {page.url}"
+        assert page.locator("main h1").count() >= 1, f"{target} has no title"
+        reached.append(target)
+    page.close()
+    assert reached == chapters[1:]
+
+
+def test_solution_dropdown_opens_on_click(server, browser):
+    page = browser.new_page()
+    for target in _toc_chapters():
+        page.goto(f"{server}/{target}")
+        solution = page.locator("div.solution.dropdown").first
+        if solution.count():
+            break
+    else:
+        pytest.fail("no chapter has a solution dropdown")
+    body = solution.locator("> :not(.admonition-title)").first
+    assert "toggle-hidden" in (solution.get_attribute("class") or ""), "solutions must start hidden"
+    assert not body.is_visible()
+    solution.locator(".admonition-title").click()
+    page.wait_for_timeout(300)
+    assert "toggle-hidden" not in (solution.get_attribute("class") or "")
+    assert body.is_visible(), f"the solution on {target} did not open on click"
+    page.close()
+
+
+def test_screenshot_of_each_part(server, browser):
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    for number, part in enumerate(toc["parts"], start=1):
+        first = part["chapters"][0]["file"]
+        shot = SHOTS / f"part-{number}.png"
+        seen = _visit(browser, urljoin(server + "/", f"{first}.html"), screenshot=shot)
+        assert not seen["errors"], seen["errors"]
+        assert shot.exists() and shot.stat().st_size > 10_000
 
 
 def test_root_redirects_to_the_intro(server, browser):
