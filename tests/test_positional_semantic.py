@@ -261,3 +261,35 @@ def test_pt_gd_is_registered_at_both_scales():
     assert len(pt.alpha_grid(exp.paper)) == 25
     assert pt.alpha_grid({**exp.paper, "alpha_every": 3})[-1] == pytest.approx(2.0)
     assert math.isclose(pt.alpha_grid(exp.paper)[0], 0.01)
+
+
+def test_fast_gradient_matches_autograd():
+    common = {
+        "alpha": [0.5, 1.0],
+        "d": 16,
+        "n_seeds": 2,
+        "steps": 40,
+        "n_test": 100,
+        "seed": 4,
+        "dtype": "float64",
+    }
+    fast = pt.train_batched(fast=True, **common)
+    slow = pt.train_batched(fast=False, **common)
+    assert fast["eps_t"].shape == (2, 2, 2)
+    for key in ("eps_t", "eps_g", "m", "theta_over_sigma2"):
+        np.testing.assert_allclose(fast[key], slow[key], rtol=1e-9, atol=1e-12)
+
+
+def test_padding_over_alpha_is_exact():
+    """Zero-weight padding samples change nothing: the padded risk equals the risk on the n kept."""
+    teacher, x, y, _ = _problem(n=30, n_seeds=1)
+    k = pt.quadratic_coefficients(*pt.gram(x, y))
+    mask = (torch.arange(30) < 12).to(x.dtype)
+    Qp = teacher.Q_star[:, None, :].clone()
+    padded = pt._Students(Qp, 1).errors(pt._layout(x), tuple(t * mask for t in k)).sum()
+    k12 = pt.quadratic_coefficients(*pt.gram(x[:, :12], y[:, :12]))
+    kept = pt._Students(Qp, 1).errors(pt._layout(x[:, :12]), k12).sum()
+    assert torch.allclose(padded, kept, atol=1e-12)
+    grad_pad = pt._tied_gradient(pt._layout(x), Qp, tuple(t * mask for t in k), 1)
+    grad_kept = pt._tied_gradient(pt._layout(x[:, :12]), Qp, k12, 1)
+    assert torch.allclose(grad_pad, grad_kept, atol=1e-12)

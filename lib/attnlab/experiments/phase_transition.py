@@ -128,6 +128,28 @@ class _Students:
         return self.Qp.detach().view(S_, self.n_inits, Ir // self.n_inits, d).permute(1, 0, 3, 2)
 
 
+def _tied_gradient(Xt, Qp, k, n_inits):
+    """Gradient of the summed risk for tied rank-one ``Q`` (``Qp`` ``[S, I, d]``), by hand.
+
+    With ``h_l = x_l^T Q / sqrt(d)``, ``a = sigmoid(h_1 (h_1 - h_2))``, ``b = sigmoid(h_2 (h_2 - h_1))``
+    and the per-sample risk ``(k2 (a^2 + b^2) + ka a + kb b + k0) / 2``: ``g_a = (k2 a + ka/2) a (1-a)``,
+    ``g_b = (k2 b + kb/2) b (1-b)``, ``dR/dh_1 = g_a (2h_1 - h_2) - g_b h_2``,
+    ``dR/dh_2 = g_b (2h_2 - h_1) - g_a h_1``, and ``dR/dQ = sum_mu sum_l x_l dR/dh_l / sqrt(d)``.
+    """
+    S_, I, d = Qp.shape
+    scale = d**-0.5
+    k2, ka, kb, _ = (t[:, None] for t in k)  # [S, 1, n]
+    h = (Qp @ Xt).mul_(scale).view(S_, I, -1, 2)  # [S, I, n, 2]
+    h1, h2 = h[..., 0], h[..., 1]
+    dh = h1 - h2
+    a = torch.sigmoid(h1 * dh)
+    b = torch.sigmoid(-h2 * dh)
+    ga = (k2 * a + 0.5 * ka) * a * (1 - a)
+    gb = (k2 * b + 0.5 * kb) * b * (1 - b)
+    g = torch.stack([ga * (h1 + dh) - gb * h2, gb * (h2 - dh) - ga * h1], -1)  # [S, I, n, 2]
+    return (g.view(S_, I, -1) @ Xt.transpose(1, 2)).mul_(scale)  # [S, I, d]
+
+
 def _layout(X):
     """``[S, n, L, d]`` -> ``[S, d, n L]`` (contiguous)."""
     S_, n, L, d = X.shape
@@ -168,7 +190,7 @@ class _threads:
 
 def train_batched(
     *,
-    alpha: float,
+    alpha,
     d: int,
     omega: float = 0.3,
     inits=("semantic", "positional"),
@@ -187,6 +209,7 @@ def train_batched(
     tied: bool = True,
     value: str = "identity",
     record_every: int = 0,
+    fast: bool = True,
     threads: int = 1,
     dtype: str = "float32",
     device: str = "cpu",
@@ -202,12 +225,22 @@ def train_batched(
     of the ridge-optimal positional baseline ``B`` fitted on the same training contents; and, if
     ``record_every > 0``, ``curve_steps`` and ``curve_eps_t`` ``[n_records, n_inits, n_seeds]``.
 
+    ``alpha`` may also be a sequence: every ``(alpha, seed)`` pair is then one more run of the same
+    batch (training sets padded to the largest ``n`` with samples of weight zero, which is exact),
+    and the arrays gain an ``alpha`` axis after the start axis: ``[n_inits, n_alpha, n_seeds]``.
+    This trades a little padding for one optimisation loop instead of one per ``alpha``.
+
     ``optimizer="gd"`` is the authors' full-batch GD (lr on the summed risk); ``"adam"`` is
     ``torch.optim.Adam`` with coupled weight decay ``lam`` (their Adam runs: lr 0.01, 2500 steps).
     ``tied=False`` trains a separate key ``K`` (started like ``Q``); ``value="learned"`` trains a
     value matrix ``W`` (``[d, d]``, started at the identity, weight decay ``lam``).
+    ``fast=True`` uses the hand-written gradient :func:`_tied_gradient` for tied rank-one GD (about
+    twice as fast as autograd; the tests check that both give the same runs).
     """
-    alpha = check_positive("alpha", alpha)
+    many = isinstance(alpha, (list, tuple, np.ndarray))
+    alphas = [check_positive("alpha", a) for a in (alpha if many else [alpha])]
+    if not alphas:
+        raise ValueError("alpha must be a positive number or a non-empty sequence of them")
     d = check_int("d", d, minimum=2)
     omega = check_real("omega", omega, minimum=0.0, maximum=1.0)
     if isinstance(inits, str) or not inits:
@@ -224,39 +257,50 @@ def train_batched(
     value = check_choice("value", value, ("identity", "learned"))
     record_every = check_int("record_every", record_every, minimum=0)
     threads = check_int("threads", threads, minimum=0)
-    device = resolve_device(device)
-    dtype = resolve_dtype(dtype)
-    n = max(1, int(round(alpha * d)))
-    I = len(inits)
+    options = {
+        "d": d, "omega": omega, "inits": inits, "sigma": sigma, "lam": lam, "lr": lr, "steps": steps,
+        "optimizer": optimizer, "r": r, "n_test": n_test, "lam_lin": lam_lin, "correlation": correlation,
+        "A": A, "tied": tied, "value": value, "record_every": record_every, "fast": bool(fast),
+        "dtype": resolve_dtype(dtype), "device": resolve_device(device),
+    }  # fmt: skip
+    ns = [max(1, int(round(a * d))) for a in alphas]
     with _threads(threads):
-        return _train(
-            alpha, d, omega, inits, n_seeds, seed, sigma, lam, lr, steps, optimizer, r, n_test, lam_lin,
-            correlation, A, tied, value, record_every, dtype, device, n, I,
-        )  # fmt: skip
+        out = _train(ns, n_seeds, seed, **options)
+    I, A_ = len(inits), len(alphas)
+    for key in ("eps_g", "eps_t", "m", "theta_over_sigma2", "q"):
+        out[key] = out[key].reshape(I, A_, n_seeds) if many else out[key]
+    out["eps_lin"] = out["eps_lin"].reshape(A_, n_seeds) if many else out["eps_lin"]
+    if record_every:
+        out["curve_eps_t"] = out["curve_eps_t"].reshape(-1, I, A_, n_seeds) if many else out["curve_eps_t"]
+    out["n"] = ns if many else ns[0]
+    return out
 
 
-def _train(
-    alpha, d, omega, inits, n_seeds, seed, sigma, lam, lr, steps, optimizer, r, n_test, lam_lin,
-    correlation, A, tied, value, record_every, dtype, device, n, I,
-):  # fmt: skip
+def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimizer, r, n_test, lam_lin,
+           correlation, A, tied, value, record_every, dtype, device, fast):  # fmt: skip
+    """The work of :func:`train_batched`; the batch is ``len(ns) * n_seeds`` runs, ``alpha`` major."""
+    I = len(inits)
+    S_ = len(ns) * n_seeds
+    n_max = max(ns)
     gen = make_generator(seed, device=device)
-    teacher = ps.make_teacher(
-        d, omega, sigma=sigma, A=A, n_seeds=n_seeds, seed=gen, dtype=dtype, device=device
-    )
-    X, Y, Z = ps.sample(n, teacher, seed=gen, correlation=correlation)  # [S, n, 2, d] each
-    k = quadratic_coefficients(*gram(X, Y))
-    B = ps.fit_positional_linear(Z, Y, lam=lam_lin)  # [S, 2, 2]
+    teacher = ps.make_teacher(d, omega, sigma=sigma, A=A, n_seeds=S_, seed=gen, dtype=dtype, device=device)
+    X, Y, Z = ps.sample(n_max, teacher, seed=gen, correlation=correlation)  # [S, n, 2, d] each
+    # samples beyond a run's own n carry weight zero: they add nothing to the risk or its gradient
+    n_run = torch.tensor(ns, device=device).repeat_interleave(n_seeds)  # [S]
+    mask = (torch.arange(n_max, device=device)[None] < n_run[:, None]).to(dtype)  # [S, n]
+    k = tuple(t * mask for t in quadratic_coefficients(*gram(X, Y)))
+    B = ps.fit_positional_linear(Z * mask[..., None, None], Y * mask[..., None, None], lam=lam_lin)
     Xt = _layout(X)
     if value == "identity":
         X = Y = None
     del Z
 
     Q0 = torch.stack([_initial_Q(i, teacher, r, gen) for i in inits], dim=1)  # [S, I, r, d]
-    Qp = Q0.reshape(n_seeds, I * r, d).clone().requires_grad_(True)
+    Qp = Q0.reshape(S_, I * r, d).clone().requires_grad_(True)
     K = Qp.detach().clone().requires_grad_(True) if not tied else None
     W = None
     if value == "learned":
-        W = torch.eye(d, dtype=dtype, device=device).expand(I, n_seeds, d, d).clone().requires_grad_(True)
+        W = torch.eye(d, dtype=dtype, device=device).expand(I, S_, d, d).clone().requires_grad_(True)
     students = _Students(Qp, I, K, W)
     if optimizer == "gd":
         opt = torch.optim.SGD(students.params, lr=lr, weight_decay=lam)
@@ -265,15 +309,24 @@ def _train(
 
     def penalty():
         return sum(
-            (p.detach() * p.detach()).reshape(n_seeds, I, -1).sum(-1).T
+            (p.detach() * p.detach()).reshape(S_, I, -1).sum(-1).T
             if p is not W
             else (p.detach() * p.detach()).sum((-1, -2))
             for p in students.params
         )  # [I, S]
 
+    def data_risk():
+        e = students.errors(Xt, k, X, Y)  # [I, S, n]
+        return (e if W is None else e * mask).sum(-1)  # [I, S]
+
+    fast = fast and tied and value == "identity" and r == 1 and optimizer == "gd"
     curve_steps, curve = [], []
     for step in range(steps + 1):
-        data = students.errors(Xt, k, X, Y).sum(-1)  # [I, S]
+        if fast and not (record_every and step % record_every == 0) and step < steps:
+            with torch.no_grad():  # SGD with weight decay, by hand: Q <- Q - lr (grad + lam Q)
+                Qp.sub_(lr * (_tied_gradient(Xt, Qp, k, I) + lam * Qp))
+            continue
+        data = data_risk()
         if record_every and (step % record_every == 0 or step == steps):
             curve_steps.append(step)
             curve.append(((data.detach() + 0.5 * lam * penalty()) / d).double().cpu().numpy())
@@ -286,19 +339,19 @@ def _train(
     with torch.no_grad():
         eps_t = (data.detach() + 0.5 * lam * penalty()) / d
         # fresh test data, in chunks that keep memory bounded (~1e7 numbers per chunk)
-        chunk = max(1, min(n_test, int(1e7 // (n_seeds * 2 * d))))
-        err_sum = torch.zeros(I, n_seeds, dtype=torch.float64, device=device)
-        lin_sum = torch.zeros(n_seeds, dtype=torch.float64, device=device)
+        chunk = max(1, min(n_test, int(1e7 // (S_ * 2 * d))))
+        err_sum = torch.zeros(I, S_, dtype=torch.float64, device=device)
+        lin_sum = torch.zeros(S_, dtype=torch.float64, device=device)
         done = 0
         while done < n_test:
-            k = min(chunk, n_test - done)
-            Xc, Yc, Zc = ps.sample(k, teacher, seed=gen, correlation=correlation)
+            kk = min(chunk, n_test - done)
+            Xc, Yc, Zc = ps.sample(kk, teacher, seed=gen, correlation=correlation)
             kc = quadratic_coefficients(*gram(Xc, Yc))
             err_sum += students.errors(_layout(Xc), kc, Xc, Yc).sum(-1).double()
-            lin_sum += ps.linear_error(B, Zc, Yc).double() * k
-            done += k
+            lin_sum += ps.linear_error(B, Zc, Yc).double() * kk
+            done += kk
         Q = students.Q()[..., 0]  # [I, S, d]
-        ov = ps.overlaps(Q, teacher.Q_star[None].expand(I, n_seeds, d), sigma=sigma)
+        ov = ps.overlaps(Q, teacher.Q_star[None].expand(I, S_, d), sigma=sigma)
     out = {
         "eps_g": (err_sum / n_test).cpu().numpy(),
         "eps_t": eps_t.double().cpu().numpy(),
@@ -306,7 +359,6 @@ def _train(
         "theta_over_sigma2": np.abs(ov["theta"]) / sigma**2,
         "q": ov["q"],
         "eps_lin": (lin_sum / n_test).cpu().numpy(),
-        "n": n,
     }
     if record_every:
         out["curve_steps"] = np.asarray(curve_steps)
@@ -315,10 +367,10 @@ def _train(
 
 
 def rows_from(out: dict, inits, **fixed) -> list[dict]:
-    """Flatten :func:`train_batched` arrays into one row per (start, seed)."""
+    """Flatten :func:`train_batched` arrays (of one ``alpha``) into one row per (start, seed)."""
     rows = []
     for i, init in enumerate(inits):
-        for s in range(out["eps_g"].shape[1]):
+        for s in range(out["eps_g"].shape[-1]):
             row = dict(fixed)
             row.update(init=init, seed_index=s)
             for key in ("eps_g", "eps_t", "m", "theta_over_sigma2", "q"):
@@ -328,9 +380,42 @@ def rows_from(out: dict, inits, **fixed) -> list[dict]:
     return rows
 
 
+PAD_LIMIT = 3e7  # numbers in one padded batch over alphas before falling back to a loop
+
+
+def run_alphas(alphas, *, d, n_seeds, seed, inits=("semantic", "positional"), **options) -> list[dict]:
+    """Train at every ``alpha`` and return rows; one batch over all ``alpha`` when it is small.
+
+    When ``len(alphas) * n_seeds * max(n) * 2 * d`` stays under :data:`PAD_LIMIT` all runs share
+    one loop (:func:`train_batched` with a sequence of ``alpha``, seed ``seed``); otherwise each
+    ``alpha`` is its own batch over seeds, with seed ``seed + 1000 k``.
+    """
+    alphas = [float(a) for a in alphas]
+    fixed = {key: options[key] for key in ("omega",) if key in options}
+    size = len(alphas) * n_seeds * round(max(alphas) * d) * 2 * d
+    rows = []
+    if size <= PAD_LIMIT:
+        out = train_batched(alpha=alphas, d=d, n_seeds=n_seeds, seed=seed, inits=inits, **options)
+        for j, alpha in enumerate(alphas):
+            one = {key: out[key][:, j] for key in ("eps_g", "eps_t", "m", "theta_over_sigma2", "q")}
+            one["eps_lin"] = out["eps_lin"][j]
+            rows += rows_from(one, inits, alpha=alpha, d=d, n=out["n"][j], **fixed)
+        return rows
+    for k, alpha in enumerate(alphas):
+        out = train_batched(alpha=alpha, d=d, n_seeds=n_seeds, seed=seed + 1000 * k, inits=inits, **options)
+        rows += rows_from(out, inits, alpha=alpha, d=d, n=out["n"], **fixed)
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Registered experiments
 # ---------------------------------------------------------------------------------------------
+
+
+def _train_kwargs(config: dict, device: str) -> dict:
+    keys = ("omega", "sigma", "lam", "lr", "steps", "n_test", "lam_lin", "n_seeds")
+    return {k: config[k] for k in keys if k in config} | {"device": device}
+
 
 _COMMON = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "lr": 0.15, "steps": 5000, "lam_lin": 1e-4}
 
@@ -372,26 +457,7 @@ def alpha_grid(config: dict) -> list[float]:
 )
 def pt_gd(config: dict, device: str) -> list[dict]:
     """GD from both starts at every ``alpha`` of the grid; one row per (alpha, start, seed)."""
-    rows = []
-    inits = ("semantic", "positional")
-    for k, alpha in enumerate(alpha_grid(config)):
-        out = train_batched(
-            alpha=alpha,
-            d=config["d"],
-            omega=config["omega"],
-            inits=inits,
-            n_seeds=config["n_seeds"],
-            seed=config["seed"] + 1000 * k,
-            sigma=config["sigma"],
-            lam=config["lam"],
-            lr=config["lr"],
-            steps=config["steps"],
-            n_test=config["n_test"],
-            lam_lin=config["lam_lin"],
-            device=device,
-        )
-        rows += rows_from(out, inits, alpha=alpha, d=config["d"], omega=config["omega"], n=out["n"])
-    return rows
+    return run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"], **_train_kwargs(config, device))
 
 
 def _mean(x):
@@ -411,3 +477,131 @@ def summarize(result, by=("alpha", "init")) -> list[dict]:
             row[col + "_se"] = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
         out.append(row)
     return out
+
+
+@experiment(
+    "pt_finite_d",
+    book={**_COMMON, "alpha": 1.5, "ds": "25,50,100,200", "n_seeds": 6, "n_test": 2000, "seed": 0},
+    paper={
+        **_COMMON,
+        "alpha": 1.5,
+        "ds": "10,15,23,36,56,87,135,209,323,500",
+        "n_seeds": 24,
+        "n_test": 10000,
+        "seed": 0,
+    },
+    description="finite-d scaling at alpha = 1.5, omega = 0.3: GD from both starts vs d (chapter 4)",
+)
+def pt_finite_d(config: dict, device: str) -> list[dict]:
+    """GD from both starts at one ``alpha`` for every ``d`` in ``ds`` (a comma-separated string)."""
+    rows = []
+    inits = ("semantic", "positional")
+    for k, d in enumerate(int(v) for v in str(config["ds"]).split(",")):
+        out = train_batched(alpha=config["alpha"], d=d, inits=inits, seed=config["seed"] + 1000 * k,
+                            **_train_kwargs(config, device))  # fmt: skip
+        rows += rows_from(out, inits, alpha=config["alpha"], d=d, omega=config["omega"], n=out["n"])
+    return rows
+
+
+_ADAM = {**_COMMON, "lr": 0.01, "steps": 2500, "d": 100, "alpha": 2.0, "seed": 0}
+
+
+@experiment(
+    "pt_adam_random",
+    book={
+        **_COMMON,
+        "lr": 0.01,
+        "steps": 2500,
+        "d": 100,
+        "alpha": 2.0,
+        "n_seeds": 12,
+        "n_test": 2000,
+        "seed": 0,
+    },
+    paper={
+        **_COMMON,
+        "lr": 0.01,
+        "steps": 2500,
+        "d": 100,
+        "alpha": 2.0,
+        "n_seeds": 48,
+        "n_test": 10000,
+        "seed": 0,
+    },
+    description="which minimum Adam reaches from a random start (d = 100, alpha = 2; chapter 4)",
+)
+def pt_adam_random(config: dict, device: str) -> list[dict]:
+    """Adam (lr 0.01, 2500 steps, weight decay lam, as the authors) from ``Q = 0.1 N(0, I)``.
+
+    On the same teachers and training sets, GD from the semantic and positional starts gives the
+    two reference minima; each row carries both, so a reader can tell which one Adam reached.
+    """
+    kw = _train_kwargs(config, device)
+    common = {"alpha": config["alpha"], "d": config["d"], "seed": config["seed"]}
+    adam = train_batched(inits=("random",), optimizer="adam", **common, **kw)
+    kw_gd = kw | {"lr": 0.15, "steps": 5000}
+    gd = train_batched(inits=("semantic", "positional"), optimizer="gd", **common, **kw_gd)
+    rows = rows_from(adam, ("random",), alpha=config["alpha"], d=config["d"], omega=config["omega"])
+    for s, row in enumerate(rows):
+        for i, name in enumerate(("semantic", "positional")):
+            row[f"eps_t_{name}_gd"] = float(gd["eps_t"][i, s])
+            row[f"eps_g_{name}_gd"] = float(gd["eps_g"][i, s])
+        gap = {name: abs(row["eps_t"] - row[f"eps_t_{name}_gd"]) for name in ("semantic", "positional")}
+        row["reached"] = (
+            min(gap, key=gap.get) if row["theta_over_sigma2"] > 0.2 or row["m"] > 0.1 else "other"
+        )
+    return rows
+
+
+def _variant_rows(config, device, variants: dict) -> list[dict]:
+    """Run each named variant (a dict of :func:`train_batched` options) from both starts.
+
+    Every variant uses the same seed, hence the same teachers and training sets."""
+    rows = []
+    for name, options in variants.items():
+        new = run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"],
+                         **_train_kwargs(config, device), **options)  # fmt: skip
+        rows += [{"variant": name, **row} for row in new]
+    return rows
+
+
+_VARIANT_BOOK = {**_COMMON, "steps": 2000, "d": 100, "alpha_min": 0.5, "alpha_max": 2.0, "n_alpha": 4,
+                 "alpha_every": 1, "n_seeds": 6, "n_test": 2000, "seed": 0}  # fmt: skip
+_VARIANT_PAPER = {**_COMMON, "d": 500, "alpha_min": 0.25, "alpha_max": 2.0, "n_alpha": 8,
+                  "alpha_every": 1, "n_seeds": 12, "n_test": 10000, "seed": 0}  # fmt: skip
+
+
+@experiment(
+    "pt_untied",
+    book=_VARIANT_BOOK,
+    paper=_VARIANT_PAPER,
+    description="reviewers' question: untied query and key (both started alike) vs tied (chapter 4)",
+)
+def pt_untied(config: dict, device: str) -> list[dict]:
+    """Tied ``Q = K`` against untied ``Q, K`` (both started at the same point), same data."""
+    return _variant_rows(config, device, {"tied": {"tied": True}, "untied": {"tied": False}})
+
+
+@experiment(
+    "pt_value",
+    book=_VARIANT_BOOK | {"d": 50},
+    paper=_VARIANT_PAPER | {"d": 200},
+    description="reviewers' question: a learned d x d value matrix (started at I) vs value = I (chapter 4)",
+)
+def pt_value(config: dict, device: str) -> list[dict]:
+    """Value fixed to the identity against a learned ``W`` (``[d, d]``, from ``I``), same data."""
+    return _variant_rows(config, device, {"identity": {"value": "identity"}, "learned": {"value": "learned"}})
+
+
+@experiment(
+    "pt_correlated",
+    book=_VARIANT_BOOK | {"correlation": 0.5},
+    paper=_VARIANT_PAPER | {"correlation": 0.5},
+    description="reviewers' question: correlated tokens z_2 = c z_1 + sqrt(1-c^2) z' (chapter 4)",
+)
+def pt_correlated(config: dict, device: str) -> list[dict]:
+    """Independent tokens against tokens with correlation ``c`` (the same teachers)."""
+    c = float(config["correlation"])
+    return _variant_rows(
+        config, device, {"independent": {"correlation": 0.0}, f"c={c:g}": {"correlation": c}}
+    )
