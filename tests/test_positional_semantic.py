@@ -293,3 +293,35 @@ def test_padding_over_alpha_is_exact():
     grad_pad = pt._tied_gradient(pt._layout(x), Qp, tuple(t * mask for t in k), 1)
     grad_kept = pt._tied_gradient(pt._layout(x[:, :12]), Qp, k12, 1)
     assert torch.allclose(grad_pad, grad_kept, atol=1e-12)
+
+
+def test_error_from_overlaps():
+    # the student equal to the teacher (m = 0, theta = q = rho) at omega = 0 makes no error
+    assert ps.error_from_overlaps(0.0, 0.25, 0.25, 0.0) == pytest.approx(0.0, abs=1e-12)
+    # broadcasting, and the quadrature is converged at the default node count
+    e = ps.error_from_overlaps([0.0, 0.26], [0.16, 0.0], [0.11, 0.05], 0.3)
+    assert e.shape == (2,) and np.all(e > 0)
+    np.testing.assert_allclose(
+        e, ps.error_from_overlaps([0.0, 0.26], [0.16, 0.0], [0.11, 0.05], 0.3, n_nodes=24), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="theta"):
+        ps.error_from_overlaps(0.0, 0.5, 0.1, 0.3)
+    with pytest.raises(ValueError, match="n_nodes"):
+        ps.error_from_overlaps(0.0, 0.1, 0.1, 0.3, n_nodes=1)
+
+
+def test_error_from_overlaps_matches_monte_carlo():
+    """eps_g measured on fresh data equals the overlap formula, once the O(1/d) term that the
+    positional encodings add through the value path (``S p``) is left out."""
+    d = 400
+    teacher = ps.make_teacher(d, 0.3, seed=0)
+    noise = torch.randn(d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    Q = 0.7 * teacher.Q_star + 0.3 * noise
+    x, y, z = ps.sample(10000, teacher, seed=2)
+    model = TiedLowRankAttention(d, 1, init=Q, dtype="float64")
+    with torch.no_grad():
+        mc = float((((model.attention(x) @ z - y) ** 2).sum((-1, -2)) / (2 * d)).mean())
+    ov = ps.overlaps(Q, teacher.Q_star)
+    rho = 0.25 * float(teacher.Q_star.square().mean())
+    theory = float(ps.error_from_overlaps(ov["m"], ov["theta"], ov["q"], 0.3, rho=rho))
+    assert abs(mc - theory) / theory < 0.04

@@ -47,6 +47,7 @@ __all__ = [
     "target_attention",
     "sample",
     "overlaps",
+    "error_from_overlaps",
     "fit_positional_linear",
     "linear_error",
     "check_overlaps",
@@ -196,6 +197,49 @@ def overlaps(Q, Q_star, sigma: float = 0.5) -> dict[str, np.ndarray]:
         "theta": (sigma**2 * (Q_star * Q).sum(-1) / d).cpu().numpy(),
         "q": (sigma**2 * (Q * Q).sum(-1) / d).cpu().numpy(),
     }
+
+
+def error_from_overlaps(
+    m, theta, q, omega: float, *, sigma: float = 0.5, rho: float | None = None, A=None, n_nodes: int = 16
+) -> np.ndarray:
+    """The test error ``eps_g`` of a student, from its overlaps alone (chapter 1, eq-eps-overlaps).
+
+    For Gaussian contents the scores of student and teacher on token ``l`` are
+    ``h_l = s_l m + sqrt(q) xi_l`` and ``h*_l = (theta/sqrt(q)) xi_l + sqrt(rho - theta^2/q) eta_l``
+    with ``s = (+1, -1)`` and ``xi, eta ~ N(0, I_2)``; up to ``O(1/d)`` corrections
+    ``eps_g = (sigma^2 / 2) E || S(h) - T(h*) ||_F^2`` with ``S(h) = softmax_row(h h^T)`` and
+    ``T = (1 - omega) S(h*) + omega A``. The 4-D Gaussian average is a Gauss-Hermite product rule
+    with ``n_nodes`` per dimension. ``m, theta, q`` broadcast; ``rho`` defaults to ``sigma^2``.
+    """
+    sigma = check_positive("sigma", sigma)
+    omega = check_real("omega", omega, minimum=0.0, maximum=1.0)
+    rho = sigma**2 if rho is None else check_positive("rho", rho)
+    n_nodes = check_int("n_nodes", n_nodes, minimum=2)
+    m, theta, q = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, theta, q)))
+    if np.any(q <= 0) or np.any(theta**2 > rho * q * (1 + 1e-12)):
+        raise ValueError("q must be > 0 and theta^2 <= rho q (theta is a covariance)")
+    x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
+    w = w / w.sum()
+    # nodes of (xi_1, xi_2, eta_1, eta_2): [N^4] each, flattened
+    g = np.stack(np.meshgrid(x, x, x, x, indexing="ij")).reshape(4, -1)
+    wt = np.einsum("i,j,k,l->ijkl", w, w, w, w).reshape(-1)
+    Amat = make_A(A).numpy()
+    shape = m.shape
+    m, theta, q = (v.reshape(-1, 1, 1) for v in (m, theta, q))  # [P, 1, 1]
+    s = np.array([1.0, -1.0]).reshape(1, 1, 2)
+    h = s * m + np.sqrt(q) * g[None, :2].transpose(0, 2, 1)  # [P, N, 2]
+    h_star = (theta / np.sqrt(q)) * g[None, :2].transpose(0, 2, 1) + np.sqrt(
+        np.maximum(rho - theta**2 / q, 0.0)
+    ) * g[None, 2:].transpose(0, 2, 1)
+
+    def softmax_outer(v):  # [P, N, 2] -> [P, N, 2, 2]
+        logits = v[..., :, None] * v[..., None, :]
+        logits = logits - logits.max(-1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(-1, keepdims=True)
+
+    diff = softmax_outer(h) - (1 - omega) * softmax_outer(h_star) - omega * Amat
+    return (0.5 * sigma**2 * ((diff**2).sum((-1, -2)) @ wt)).reshape(shape)
 
 
 def fit_positional_linear(z: torch.Tensor, y: torch.Tensor, lam: float = 1e-4) -> torch.Tensor:
