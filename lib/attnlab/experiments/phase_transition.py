@@ -223,7 +223,8 @@ def train_batched(
     divided by ``d``), ``m`` and ``theta_over_sigma2`` (absolute values, of the first column of
     ``Q``: ``Q -> -Q`` leaves the model unchanged), ``q``; ``eps_lin`` ``[n_seeds]``, the test error
     of the ridge-optimal positional baseline ``B`` fitted on the same training contents; and, if
-    ``record_every > 0``, ``curve_steps`` and ``curve_eps_t`` ``[n_records, n_inits, n_seeds]``.
+    ``record_every > 0``, ``curve_steps`` and ``curve_eps_t``, ``curve_m``, ``curve_theta_over_sigma2``
+    (each ``[n_records, n_inits, n_seeds]``).
 
     ``alpha`` may also be a sequence: every ``(alpha, seed)`` pair is then one more run of the same
     batch (training sets padded to the largest ``n`` with samples of weight zero, which is exact),
@@ -271,7 +272,8 @@ def train_batched(
         out[key] = out[key].reshape(I, A_, n_seeds) if many else out[key]
     out["eps_lin"] = out["eps_lin"].reshape(A_, n_seeds) if many else out["eps_lin"]
     if record_every:
-        out["curve_eps_t"] = out["curve_eps_t"].reshape(-1, I, A_, n_seeds) if many else out["curve_eps_t"]
+        for key in ("curve_eps_t", "curve_m", "curve_theta_over_sigma2"):
+            out[key] = out[key].reshape(-1, I, A_, n_seeds) if many else out[key]
     out["n"] = ns if many else ns[0]
     return out
 
@@ -320,7 +322,8 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
         return (e if W is None else e * mask).sum(-1)  # [I, S]
 
     fast = fast and tied and value == "identity" and r == 1 and optimizer == "gd"
-    curve_steps, curve = [], []
+    curve_steps, curve, curve_m, curve_theta = [], [], [], []
+    Q_star = teacher.Q_star[None].expand(I, S_, d)
     for step in range(steps + 1):
         if fast and not (record_every and step % record_every == 0) and step < steps:
             with torch.no_grad():  # SGD with weight decay, by hand: Q <- Q - lr (grad + lam Q)
@@ -330,6 +333,9 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
         if record_every and (step % record_every == 0 or step == steps):
             curve_steps.append(step)
             curve.append(((data.detach() + 0.5 * lam * penalty()) / d).double().cpu().numpy())
+            ov = ps.overlaps(students.Q()[..., 0], Q_star, sigma=sigma)
+            curve_m.append(np.abs(ov["m"]))
+            curve_theta.append(np.abs(ov["theta"]) / sigma**2)
         if step == steps:
             break
         opt.zero_grad(set_to_none=True)
@@ -363,6 +369,8 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
     if record_every:
         out["curve_steps"] = np.asarray(curve_steps)
         out["curve_eps_t"] = np.stack(curve)
+        out["curve_m"] = np.stack(curve_m)
+        out["curve_theta_over_sigma2"] = np.stack(curve_theta)
     return out
 
 
@@ -458,6 +466,42 @@ def alpha_grid(config: dict) -> list[float]:
 def pt_gd(config: dict, device: str) -> list[dict]:
     """GD from both starts at every ``alpha`` of the grid; one row per (alpha, start, seed)."""
     return run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"], **_train_kwargs(config, device))
+
+
+@experiment(
+    "pt_curves",
+    book={**_COMMON, "d": 100, "alpha": 2.0, "n_seeds": 8, "n_test": 4000, "record_every": 250, "seed": 0},
+    paper={
+        **_COMMON,
+        "d": 1000,
+        "alpha": 2.0,
+        "n_seeds": 24,
+        "n_test": 10000,
+        "record_every": 100,
+        "seed": 0,
+    },
+    description="GD from both starts at one alpha, with training curves of eps_t, m and theta (chapter 1)",
+)
+def pt_curves(config: dict, device: str) -> list[dict]:
+    """One row per (start, seed, recorded step) with ``eps_t``, ``m`` and ``theta_over_sigma2``;
+    the rows of the last step also carry ``eps_g``, ``q`` and ``eps_lin``."""
+    inits = ("semantic", "positional")
+    out = train_batched(alpha=config["alpha"], d=config["d"], inits=inits, seed=config["seed"],
+                        record_every=config["record_every"], **_train_kwargs(config, device))  # fmt: skip
+    final = rows_from(out, inits, alpha=config["alpha"], d=config["d"], omega=config["omega"])
+    rows = []
+    last = len(out["curve_steps"]) - 1
+    for j, step in enumerate(out["curve_steps"]):
+        for i, init in enumerate(inits):
+            for s in range(config["n_seeds"]):
+                row = {"step": int(step), "init": init, "seed_index": s}
+                row["eps_t"] = float(out["curve_eps_t"][j, i, s])
+                row["m"] = float(out["curve_m"][j, i, s])
+                row["theta_over_sigma2"] = float(out["curve_theta_over_sigma2"][j, i, s])
+                if j == last:
+                    row = {**final[i * config["n_seeds"] + s], **row}
+                rows.append(row)
+    return rows
 
 
 def _mean(x):
