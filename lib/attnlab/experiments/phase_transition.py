@@ -206,6 +206,7 @@ def train_batched(
     lam_lin: float = 1e-4,
     correlation: float = 0.0,
     A=None,
+    normalize_teacher: bool = False,
     tied: bool = True,
     value: str = "identity",
     record_every: int = 0,
@@ -233,7 +234,10 @@ def train_batched(
 
     ``optimizer="gd"`` is the authors' full-batch GD (lr on the summed risk); ``"adam"`` is
     ``torch.optim.Adam`` with coupled weight decay ``lam`` (their Adam runs: lr 0.01, 2500 steps).
-    ``tied=False`` trains a separate key ``K`` (started like ``Q``); ``value="learned"`` trains a
+    ``normalize_teacher=True`` rescales each ``Q*`` to norm ``sqrt(d)``: then ``rho = sigma^2
+    ||Q*||^2 / d`` equals ``sigma^2`` exactly instead of fluctuating by ``O(1/sqrt(d))`` from seed to
+    seed, a variance reduction for comparisons with the ``d -> infinity`` theory (the authors did not
+    normalise). ``tied=False`` trains a separate key ``K`` (started like ``Q``); ``value="learned"`` trains a
     value matrix ``W`` (``[d, d]``, started at the identity, weight decay ``lam``).
     ``fast=True`` uses the hand-written gradient :func:`_tied_gradient` for tied rank-one GD (about
     twice as fast as autograd; the tests check that both give the same runs).
@@ -261,7 +265,8 @@ def train_batched(
     options = {
         "d": d, "omega": omega, "inits": inits, "sigma": sigma, "lam": lam, "lr": lr, "steps": steps,
         "optimizer": optimizer, "r": r, "n_test": n_test, "lam_lin": lam_lin, "correlation": correlation,
-        "A": A, "tied": tied, "value": value, "record_every": record_every, "fast": bool(fast),
+        "A": A, "normalize_teacher": bool(normalize_teacher), "tied": tied, "value": value,
+        "record_every": record_every, "fast": bool(fast),
         "dtype": resolve_dtype(dtype), "device": resolve_device(device),
     }  # fmt: skip
     ns = [max(1, int(round(a * d))) for a in alphas]
@@ -279,13 +284,15 @@ def train_batched(
 
 
 def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimizer, r, n_test, lam_lin,
-           correlation, A, tied, value, record_every, dtype, device, fast):  # fmt: skip
+           correlation, A, normalize_teacher, tied, value, record_every, dtype, device, fast):  # fmt: skip
     """The work of :func:`train_batched`; the batch is ``len(ns) * n_seeds`` runs, ``alpha`` major."""
     I = len(inits)
     S_ = len(ns) * n_seeds
     n_max = max(ns)
     gen = make_generator(seed, device=device)
     teacher = ps.make_teacher(d, omega, sigma=sigma, A=A, n_seeds=S_, seed=gen, dtype=dtype, device=device)
+    if normalize_teacher:  # ||Q*||^2 = d exactly, so rho = sigma^2 as in the d -> infinity theory
+        teacher.Q_star *= d**0.5 / teacher.Q_star.norm(dim=-1, keepdim=True)
     X, Y, Z = ps.sample(n_max, teacher, seed=gen, correlation=correlation)  # [S, n, 2, d] each
     # samples beyond a run's own n carry weight zero: they add nothing to the risk or its gradient
     n_run = torch.tensor(ns, device=device).repeat_interleave(n_seeds)  # [S]
@@ -421,7 +428,7 @@ def run_alphas(alphas, *, d, n_seeds, seed, inits=("semantic", "positional"), **
 
 
 def _train_kwargs(config: dict, device: str) -> dict:
-    keys = ("omega", "sigma", "lam", "lr", "steps", "n_test", "lam_lin", "n_seeds")
+    keys = ("omega", "sigma", "lam", "lr", "steps", "n_test", "lam_lin", "n_seeds", "normalize_teacher")
     return {k: config[k] for k in keys if k in config} | {"device": device}
 
 
@@ -441,13 +448,15 @@ def alpha_grid(config: dict) -> list[float]:
     "pt_gd",
     book={
         **_COMMON,
-        "d": 200,
-        "alpha_min": 0.5,
+        "steps": 2000,
+        "d": 400,
+        "alpha_min": 1.0,
         "alpha_max": 2.0,
-        "n_alpha": 4,
+        "n_alpha": 2,
         "alpha_every": 1,
         "n_seeds": 4,
         "n_test": 4000,
+        "normalize_teacher": True,
         "seed": 0,
     },
     paper={
@@ -459,6 +468,7 @@ def alpha_grid(config: dict) -> list[float]:
         "alpha_every": 1,
         "n_seeds": 24,
         "n_test": 10000,
+        "normalize_teacher": False,
         "seed": 0,
     },
     description="full-batch GD from the semantic and positional starts vs alpha (chapter 3)",
