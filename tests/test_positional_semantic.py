@@ -325,3 +325,19 @@ def test_error_from_overlaps_matches_monte_carlo():
     rho = 0.25 * float(teacher.Q_star.square().mean())
     theory = float(ps.error_from_overlaps(ov["m"], ov["theta"], ov["q"], 0.3, rho=rho))
     assert abs(mc - theory) / theory < 0.04
+
+
+def test_histogram_data_counts():
+    x, y = pt.histogram_data(50, 10, 15, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (50, 10)
+    for i in range(5):
+        seq = x[i].tolist()
+        assert y[i].tolist() == [seq.count(t) for t in seq]
+
+
+def test_chapter_experiments_are_registered():
+    from attnlab.experiments import names
+
+    for name in ("pt_gd", "pt_curves", "pt_finite_d", "pt_adam_random", "pt_untied", "pt_value",
+                 "pt_correlated", "pt_histogram", "pt_theory"):  # fmt: skip
+        assert name in names()
