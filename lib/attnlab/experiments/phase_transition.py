@@ -683,13 +683,15 @@ _THEORY = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.1, "alpha_max
 
 @experiment(
     "pt_theory",
-    book={**_THEORY, "n_alpha": 9, "n_nodes": 12, "xtol": 1e-3},
-    paper={**_THEORY, "n_alpha": 49, "n_nodes": 16, "xtol": 1e-5},
+    book={**_THEORY, "n_alpha": 9, "n_nodes": 12, "xtol": 1e-3, "delta": 0.03},
+    paper={**_THEORY, "n_alpha": 25, "n_nodes": 14, "xtol": 1e-4, "delta": 0.03},
     description="theory: both branches vs alpha, eps_lin, alpha_c and alpha_l by root finding (chapter 3)",
 )
 def pt_theory(config: dict, device: str) -> list[dict]:
     """Rows ``kind="curve"`` (alpha, branch, eps_g, eps_t, m, theta_over_sigma2, q, V, converged),
-    one row ``kind="eps_lin"`` and rows ``kind="transition"`` (``name`` alpha_c or alpha_l, ``alpha``).
+    one row ``kind="eps_lin"``, rows ``kind="transition"`` (``name`` alpha_c or alpha_l, ``alpha``)
+    and rows ``kind="bracket"``: both branches solved at ``alpha_c -+ delta`` and ``alpha_l -+ delta``
+    (``name``, ``side`` below/above), so that a reader can check that the roots are roots.
 
     The transitions are roots (``brentq`` inside :func:`~attnlab.theory.state_evolution.alpha_c`
     and ``alpha_l``), bracketed by the sign changes found on the curve's grid.
@@ -722,6 +724,13 @@ def pt_theory(config: dict, device: str) -> list[dict]:
                 value = finder(omega, sigma, lam, bracket=bracket, n_grid=2, xtol=config["xtol"], **kw)
                 break
         rows.append({"kind": "transition", "name": name, "alpha": float(value)})
+        if np.isfinite(value):
+            for side, a in (("below", value - config["delta"]), ("above", value + config["delta"])):
+                for branch in ("semantic", "positional"):
+                    fp = se.solve(float(a), omega, branch, sigma, lam, **kw)
+                    rows.append({"kind": "bracket", "name": name, "side": side, "alpha": float(a),
+                                 "branch": branch, "eps_g": fp.eps_g, "eps_t": fp.eps_t,
+                                 "converged": bool(fp.converged)})  # fmt: skip
     return rows
 
 
