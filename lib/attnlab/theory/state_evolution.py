@@ -210,7 +210,7 @@ def _grad_hess(h1, h2, u1, u2, V, T, s2):
     return G1, G2, H11, H12, H22
 
 
-def _newton(h1, h2, u1, u2, V, T, s2, max_iter=100, gtol=1e-9):
+def _newton(h1, h2, u1, u2, V, T, s2, max_iter=60, gtol=1e-9):
     """Batched safeguarded Newton for the 2-D prox; returns (h1, h2, n_unconverged)."""
     h1, h2 = h1.copy(), h2.copy()
     idx = np.arange(h1.size)
@@ -344,37 +344,58 @@ class _Problem:
         self.branch = branch
         self.s2 = sigma**2
         self.rho = sigma**2
-        self.X, self.W = product_rule(n_nodes, 4, prune)  # X = (ξ₁, ξ₂, η₁, η₂)
+        self.X, self.W = product_rule(n_nodes, 4, prune)  # X = (ν₁, ν₂, ζ₁, ζ₂)
         self.h = None  # warm start of the prox: [2, N]
 
     def fields(self, q, m, theta):
-        xi1, xi2, e1, e2 = self.X
-        sq = np.sqrt(q)
-        s_star = np.sqrt(max(self.rho - theta**2 / q, 1e-300))
-        u1, u2 = sq * xi1 + m, sq * xi2 - m  # u_ℓ = √q ξ_ℓ + s_ℓ m
-        hs1 = theta / sq * xi1 + s_star * e1  # h*_ℓ = (θ/√q) ξ_ℓ + sqrt(ρ - θ²/q) η_ℓ
-        hs2 = theta / sq * xi2 + s_star * e2
-        return u1, u2, hs1, hs2, sq, s_star
+        """Pre-activations u and teacher fields h* at the nodes X = (ν₁, ν₂, ζ₁, ζ₂).
+
+        The pair (u₀ = √q ξ, h* = (θ/√q) ξ + sqrt(ρ - θ²/q) η) of the equations is Gaussian with
+        covariance [[q, θ], [θ, ρ]]; we draw it as h* = √ρ ζ, u₀ = (θ/√ρ) ζ + b ν with
+        b = sqrt(q - θ²/ρ), so that u depends on ν and h* does not.
+        """
+        nu1, nu2, z1, z2 = self.X
+        sr = np.sqrt(self.rho)
+        b = np.sqrt(max(q - theta**2 / self.rho, 1e-300))
+        c = theta / sr
+        u1, u2 = c * z1 + b * nu1 + m, c * z2 + b * nu2 - m  # u_ℓ = u₀_ℓ + s_ℓ m
+        hs1, hs2 = sr * z1, sr * z2
+        return u1, u2, hs1, hs2, b
 
     def hats(self, q, m, V, theta, all_starts=False):
-        """Conjugate variables and E[min] from the prox at every node (eq-hats)."""
-        xi1, xi2, e1, e2 = self.X
-        u1, u2, hs1, hs2, sq, s_star = self.fields(q, m, theta)
+        """Conjugate variables and E[min] from the prox at every node (eq-hats).
+
+        With φ = min_h {‖h - u‖²/V + ℓ(h; h*)} (continuous) and g = (prox - u)/V = -∇_u φ / 2,
+        Stein's lemma in ν gives E[g_ℓ] = -E[φ ν_ℓ]/(2b), E[g_ℓ ν_ℓ] = -E[φ (ν_ℓ² - 1)]/(2b) and
+        E[g_ℓ ζ_ℓ] = -E[φ ν_ℓ ζ_ℓ]/(2b). These are the same integrals as in eq-hats, but φ only
+        has kinks where g jumps between two minima of the prox, so Gauss–Hermite converges much
+        faster. E[g_ℓ ξ_ℓ] and E[g_ℓ η_ℓ] follow from ξ = (θ ζ/√ρ + b ν)/√q and
+        η = (√ρ ζ - θ ξ/√q)/sqrt(ρ - θ²/q).
+        """
+        nu1, nu2, z1, z2 = self.X
+        u1, u2, hs1, hs2, b = self.fields(q, m, theta)
         T = _target(hs1, hs2, self.omega, self.A)
         starts = [(u1, u2)]
         if self.h is not None:
             starts.append((self.h[0], self.h[1]))
         if all_starts or self.h is None:
             starts.append((np.zeros_like(u1), np.zeros_like(u2)))
-        h1, h2, fmin = _prox_batch(u1, u2, V, T, self.s2, starts)
+        h1, h2, phi = _prox_batch(u1, u2, V, T, self.s2, starts)
         self.h = np.stack([h1, h2])
+        W, alpha, rho = self.W, self.alpha, self.rho
         g1, g2 = (h1 - u1) / V, (h2 - u2) / V
-        W, alpha = self.W, self.alpha
         q_hat = alpha * W @ (g1**2 + g2**2)
-        m_hat = alpha * W @ (g1 - g2)
-        theta_hat = alpha * W @ (g1 * e1 + g2 * e2) / s_star
-        V_hat = -alpha * W @ (g1 * xi1 + g2 * xi2) / sq + theta * theta_hat / q
-        return q_hat, m_hat, V_hat, theta_hat, W @ fmin
+        Eg1, Eg2 = -(W @ (phi * nu1)) / (2 * b), -(W @ (phi * nu2)) / (2 * b)
+        Eg_nu = -(W @ (phi * (nu1**2 + nu2**2 - 2))) / (2 * b)  # Σ_ℓ E[g_ℓ ν_ℓ]
+        Eg_z = -(W @ (phi * (nu1 * z1 + nu2 * z2))) / (2 * b)  # Σ_ℓ E[g_ℓ ζ_ℓ]
+        sq = np.sqrt(q)
+        s_star = np.sqrt(max(rho - theta**2 / q, 1e-300))
+        Eg_xi = (theta / np.sqrt(rho) * Eg_z + b * Eg_nu) / sq  # Σ_ℓ E[g_ℓ ξ_ℓ]
+        Eg_eta = (np.sqrt(rho) * Eg_z - theta / sq * Eg_xi) / s_star  # Σ_ℓ E[g_ℓ η_ℓ]
+        m_hat = alpha * (Eg1 - Eg2)
+        theta_hat = alpha * Eg_eta / s_star
+        V_hat = -alpha * Eg_xi / sq + theta * theta_hat / q
+        return q_hat, m_hat, V_hat, theta_hat, W @ phi
 
     def overlaps(self, q_hat, m_hat, V_hat, theta_hat):
         """Overlaps from the conjugates (eq-overlaps), D = λ + σ² V̂."""
@@ -394,7 +415,7 @@ class _Problem:
 
     def eps_g(self, q, m, theta):
         """ε_g = (σ²/2) E‖S(u) - T(h*)‖_F² (eq-epsg)."""
-        u1, u2, hs1, hs2, _, _ = self.fields(q, m, theta)
+        u1, u2, hs1, hs2, _ = self.fields(q, m, theta)
         T = _target(hs1, hs2, self.omega, self.A)
         a, b = _softmax_diag(u1, u2)
         return 0.5 * self.W @ _loss(a, b, T, self.s2)
