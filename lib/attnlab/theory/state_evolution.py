@@ -447,12 +447,12 @@ def _residual(new, x):
     return float(np.max(np.abs(new - x) / (np.abs(x) + 1e-3)))
 
 
-def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2):
+def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_step=0.2):
     """Damped fixed-point iteration with Anderson mixing; returns (x, hats, e_min, it, res).
 
     Anderson steps are only taken once the residual is below ``anderson_from`` and are limited to
-    a 10% relative change, so that the acceleration stays in the basin of the fixed point that the
-    damped iteration is heading to (another fixed point may lie close by).
+    a change ``max_step`` relative to |x| + 0.05, so that the acceleration stays in the basin of
+    the fixed point that the damped iteration is heading to (another one may lie close by).
     The prox is warm-started from the previous iteration; at convergence it is re-solved from
     all starting points (u, 0, warm) and the iteration goes on if the residual is not small then.
     """
@@ -484,7 +484,7 @@ def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2):
                 scale = np.abs(x) + 1e-3
                 gamma, *_ = np.linalg.lstsq(dF / scale[:, None], f / scale, rcond=None)
                 cand = x + (1 - damping) * f - (dX + (1 - damping) * dF) @ gamma
-                if np.all(np.isfinite(cand)) and np.max(np.abs(cand - x) / scale) < 0.1:
+                if np.all(np.isfinite(cand)) and np.max(np.abs(cand - x) / (np.abs(x) + 0.05)) < max_step:
                     step = cand
                 else:
                     hist_x, hist_f = hist_x[-1:], hist_f[-1:]
