@@ -159,3 +159,16 @@ def test_other_functions_reject_bad_input():
         se.prox(np.zeros((3, 2)), np.zeros((3, 2)), -1.0, 0.3)
     with pytest.raises(ValueError, match="n_nodes"):
         se.product_rule(0)
+
+
+def test_hat_variables_quadrature_vs_monte_carlo():
+    gh = se.hat_variables(2.0, 0.3, 0.11, 0.0, 12.7, 0.158, n_nodes=8)
+    mc = se.hat_variables(2.0, 0.3, 0.11, 0.0, 12.7, 0.158, monte_carlo=40_000, seed=0)
+    assert set(gh) == {"q_hat", "m_hat", "V_hat", "theta_hat", "q", "m", "V", "theta"}
+    assert abs(gh["m_hat"]) < 1e-12  # m = 0 is invariant
+    for k in ("q_hat", "V_hat", "theta_hat"):
+        assert mc[k] == pytest.approx(gh[k], rel=0.05)
+    with pytest.raises(ValueError, match="theta"):
+        se.hat_variables(2.0, 0.3, 0.01, 0.0, 12.7, 0.158)
+    with pytest.raises(ValueError, match="monte_carlo"):
+        se.hat_variables(2.0, 0.3, 0.11, 0.0, 12.7, 0.1, monte_carlo=5)

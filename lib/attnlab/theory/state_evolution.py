@@ -32,6 +32,9 @@ Public API
     ``eps_lin``.
 ``prox(u, h_star, V, omega, sigma=0.5, A=None, start=None) -> (h, value)``
     The 2-D proximal step, batched over any number of points (batched Newton, see below).
+``hat_variables(alpha, omega, q, m, V, theta, ..., monte_carlo=None) -> dict``
+    One step of the fixed-point map (hats and new overlaps); ``monte_carlo=N`` evaluates the
+    direct averages by sampling instead, as an independent check of the quadrature.
 ``product_rule(n_nodes, dim=4, prune=1e-10) -> (nodes [dim, N], weights [N])``
     Gauss–Hermite product rule for E over independent standard Gaussians.
 ``check_eps_lin(answer, omega, sigma=0.5, A=None)``
@@ -60,7 +63,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import expit
 
-from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape
+from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape, make_rng
 
 __all__ = [
     "BRANCHES",
@@ -72,6 +75,7 @@ __all__ = [
     "check_eps_lin",
     "eps_lin",
     "global_minimum",
+    "hat_variables",
     "product_rule",
     "prox",
     "solve",
@@ -272,7 +276,7 @@ def _prox_batch(u1, u2, V, T, s2, starts):
 
 
 def prox(u, h_star, V, omega, sigma=0.5, A=None, start=None):
-    """Batched prox ``argmin_h ‖h - u‖²/V + ℓ(h; h*)`` and its value (chapter 02, eq-prox).
+    """Batched prox ``argmin_h ‖h - u‖²/V + ℓ(h; h*)`` and its value (chapter 02, eq-pt-se-prox).
 
     ``u`` and ``h_star`` have shape ``[N, 2]``; returns ``h`` of shape ``[N, 2]`` and the minimum
     value ``[N]``. Starts from ``u``, from 0 and (if given) from ``start`` ``[N, 2]``.
@@ -363,11 +367,11 @@ class _Problem:
         return u1, u2, hs1, hs2, b
 
     def hats(self, q, m, V, theta, all_starts=False):
-        """Conjugate variables and E[min] from the prox at every node (eq-hats).
+        """Conjugate variables and E[min] from the prox at every node (eq-pt-se-hats).
 
         With φ = min_h {‖h - u‖²/V + ℓ(h; h*)} (continuous) and g = (prox - u)/V = -∇_u φ / 2,
         Stein's lemma in ν gives E[g_ℓ] = -E[φ ν_ℓ]/(2b), E[g_ℓ ν_ℓ] = -E[φ (ν_ℓ² - 1)]/(2b) and
-        E[g_ℓ ζ_ℓ] = -E[φ ν_ℓ ζ_ℓ]/(2b). These are the same integrals as in eq-hats, but φ only
+        E[g_ℓ ζ_ℓ] = -E[φ ν_ℓ ζ_ℓ]/(2b). These are the same integrals as in eq-pt-se-hats, but φ only
         has kinks where g jumps between two minima of the prox, so Gauss–Hermite converges much
         faster. E[g_ℓ ξ_ℓ] and E[g_ℓ η_ℓ] follow from ξ = (θ ζ/√ρ + b ν)/√q and
         η = (√ρ ζ - θ ξ/√q)/sqrt(ρ - θ²/q).
@@ -398,7 +402,7 @@ class _Problem:
         return q_hat, m_hat, V_hat, theta_hat, W @ phi
 
     def overlaps(self, q_hat, m_hat, V_hat, theta_hat):
-        """Overlaps from the conjugates (eq-overlaps), D = λ + σ² V̂."""
+        """Overlaps from the conjugates (eq-pt-se-overlaps), D = λ + σ² V̂."""
         s2, rho = self.s2, self.rho
         D = self.lam + s2 * V_hat
         q = s2 * (s2 * q_hat + m_hat**2 + s2 * rho * theta_hat**2) / D**2
@@ -414,14 +418,14 @@ class _Problem:
         return q_hat, m_hat, V_hat, theta_hat
 
     def eps_g(self, q, m, theta):
-        """ε_g = (σ²/2) E‖S(u) - T(h*)‖_F² (eq-epsg)."""
+        """ε_g = (σ²/2) E‖S(u) - T(h*)‖_F² (chapter 01, eq-pt-eps-overlaps)."""
         u1, u2, hs1, hs2, _ = self.fields(q, m, theta)
         T = _target(hs1, hs2, self.omega, self.A)
         a, b = _softmax_diag(u1, u2)
         return 0.5 * self.W @ _loss(a, b, T, self.s2)
 
     def phi(self, x, hats, e_min):
-        """Free energy Φ at (overlaps, hats); the training loss is ε_t = -Φ (eq-phi)."""
+        """Free energy Φ at (overlaps, hats); the training loss is ε_t = -Φ (eq-pt-se-phi)."""
         q, m, V, theta = x
         q_hat, m_hat, V_hat, theta_hat = hats
         s2, rho = self.s2, self.rho
@@ -433,6 +437,61 @@ class _Problem:
             + 0.5 * (s2 * q_hat + m_hat**2 + s2 * rho * theta_hat**2) / D
             - 0.5 * self.alpha * e_min
         )
+
+
+def hat_variables(
+    alpha,
+    omega,
+    q,
+    m,
+    V,
+    theta,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    *,
+    n_nodes: int = 12,
+    monte_carlo: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """One step of the fixed-point map at (q, m, V, θ): the hats (eq-pt-se-hats) and new overlaps.
+
+    By default the averages use the Gauss–Hermite rule and the Stein form of the solver. With
+    ``monte_carlo=N`` they are instead the direct averages of eq-pt-se-hats over ``N`` Gaussian
+    samples (ξ, η) drawn with ``seed``: an independent check of the quadrature.
+    Returns ``{"q_hat", "m_hat", "V_hat", "theta_hat", "q", "m", "V", "theta"}``.
+    """
+    alpha, omega, sigma, lam, A = _check_common(alpha, omega, sigma, lam, A)
+    q = check_real("q", q, minimum=0.0, strict_minimum=True)
+    m = check_real("m", m)
+    V = check_real("V", V, minimum=0.0, strict_minimum=True)
+    theta = check_real("theta", theta)
+    if theta**2 >= sigma**2 * q:
+        raise ValueError(f"theta must satisfy theta**2 < sigma**2 * q, got theta={theta}, q={q}")
+    prob = _Problem(alpha, omega, sigma, lam, A, check_int("n_nodes", n_nodes, minimum=2, maximum=60), 1e-10)
+    if monte_carlo is None:
+        hats = prob.hats(q, m, V, theta, all_starts=True)[:4]
+    else:
+        n = check_int("monte_carlo", monte_carlo, minimum=100)
+        rng = make_rng(seed)
+        xi, eta = rng.standard_normal((2, 2, n))  # [2 tokens, n] each
+        rho = prob.rho
+        sq, s_star = np.sqrt(q), np.sqrt(rho - theta**2 / q)
+        u1, u2 = sq * xi[0] + m, sq * xi[1] - m  # eq-pt-se-fields
+        hs1, hs2 = theta / sq * xi[0] + s_star * eta[0], theta / sq * xi[1] + s_star * eta[1]
+        T = _target(hs1, hs2, omega, A)
+        h1, h2, _ = _prox_batch(u1, u2, V, T, sigma**2, [(u1, u2), (np.zeros(n), np.zeros(n))])
+        g1, g2 = (h1 - u1) / V, (h2 - u2) / V
+        theta_hat = alpha * np.mean(g1 * eta[0] + g2 * eta[1]) / s_star
+        hats = (
+            alpha * np.mean(g1**2 + g2**2),
+            alpha * np.mean(g1 - g2),
+            -alpha * np.mean(g1 * xi[0] + g2 * xi[1]) / sq + theta * theta_hat / q,
+            theta_hat,
+        )
+    new = prob.overlaps(*hats)
+    names = ("q_hat", "m_hat", "V_hat", "theta_hat", "q", "m", "V", "theta")
+    return dict(zip(names, (float(v) for v in (*hats, *new)), strict=True))
 
 
 def _project(x, rho):
@@ -509,7 +568,7 @@ def solve(
     max_iter: int = 500,
     init=None,
 ) -> FixedPoint:
-    """Solve the fixed-point equations (chapter 02, eq-hats and eq-overlaps) on one branch.
+    """Solve the fixed-point equations (chapter 02, eq-pt-se-hats and eq-pt-se-overlaps) on one branch.
 
     ``branch`` picks the authors' starting point: ``"positional"`` (q, m, V, θ) = (0.0207, 0.2,
     14.575, 0) or ``"semantic"`` (0.907, 0.0002, 14.575, 0.3472); ``init`` overrides it.
@@ -628,7 +687,7 @@ def branch_curves(alphas, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
 
 
 def eps_lin(omega, sigma=0.5, A=None, *, n_nodes: int = 40) -> float:
-    """Test error of the best positional linear model ``f_B(x) = B x`` (chapter 02, eq-epslin).
+    """Test error of the best positional linear model ``f_B(x) = B x`` (chapter 01, eq-pt-linear).
 
     ``B̂ = ωA + (1-ω) E S(h*)`` and ``ε_lin = (σ²/2)(1-ω)² E‖S(h*) - E S(h*)‖_F²``, with
     ``h* ~ N(0, σ² I₂)``; it does not depend on α, λ or A.
