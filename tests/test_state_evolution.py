@@ -172,3 +172,12 @@ def test_hat_variables_quadrature_vs_monte_carlo():
         se.hat_variables(2.0, 0.3, 0.01, 0.0, 12.7, 0.158)
     with pytest.raises(ValueError, match="monte_carlo"):
         se.hat_variables(2.0, 0.3, 0.11, 0.0, 12.7, 0.1, monte_carlo=5)
+
+
+def test_phase_diagram_experiment_runs_at_tiny_size():
+    from attnlab.experiments import run
+
+    small = {"n_alpha": 2, "n_omega": 1, "n_nodes": 4, "n_jobs": 1, "alpha_min": 1.5, "alpha_max": 2.0}
+    res = run("pt_phase_diagram", "book", overrides=small, cache=False)
+    assert len(res.rows) == 2
+    assert set(res.column("global")) <= {"semantic", "positional"}
