@@ -341,3 +341,26 @@ def test_chapter_experiments_are_registered():
     for name in ("pt_gd", "pt_curves", "pt_finite_d", "pt_adam_random", "pt_untied", "pt_value",
                  "pt_correlated", "pt_histogram", "pt_theory"):  # fmt: skip
         assert name in names()
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("pt_gd", {"d": 12, "n_alpha": 2, "steps": 3}),
+        ("pt_curves", {"d": 12, "steps": 4, "record_every": 2}),
+        ("pt_finite_d", {"ds": "8,12", "steps": 3}),
+        ("pt_adam_random", {"d": 12, "steps": 3, "steps_gd": 3}),
+        ("pt_untied", {"d": 12, "n_alpha": 2, "steps": 3}),
+        ("pt_value", {"d": 8, "n_alpha": 2, "steps": 3}),
+        ("pt_correlated", {"d": 12, "n_alpha": 2, "steps": 3}),
+        ("pt_histogram", {"n_train": 60, "n_test": 30, "batch": 30, "epochs": 1, "dim": 8, "hidden": 8}),
+    ],
+)
+def test_experiments_run_at_tiny_size(name, overrides):
+    from attnlab.experiments import run
+
+    small = {"n_seeds": 2, "n_test": 40} if name != "pt_histogram" else {}
+    result = run(name, "book", overrides={**small, **overrides}, cache=False)
+    assert result.rows and all(
+        np.isfinite(v) for r in result.rows for v in r.values() if isinstance(v, float)
+    )

@@ -573,26 +573,8 @@ _ADAM = {**_COMMON, "lr": 0.01, "steps": 2500, "d": 100, "alpha": 2.0, "seed": 0
 
 @experiment(
     "pt_adam_random",
-    book={
-        **_COMMON,
-        "lr": 0.01,
-        "steps": 2500,
-        "d": 100,
-        "alpha": 2.0,
-        "n_seeds": 12,
-        "n_test": 2000,
-        "seed": 0,
-    },
-    paper={
-        **_COMMON,
-        "lr": 0.01,
-        "steps": 2500,
-        "d": 100,
-        "alpha": 2.0,
-        "n_seeds": 48,
-        "n_test": 10000,
-        "seed": 0,
-    },
+    book=_ADAM | {"n_seeds": 12, "n_test": 2000, "steps_gd": 2000, "normalize_teacher": True},
+    paper=_ADAM | {"n_seeds": 48, "n_test": 10000, "steps_gd": 5000, "normalize_teacher": False},
     description="which minimum Adam reaches from a random start (d = 100, alpha = 2; chapter 4)",
 )
 def pt_adam_random(config: dict, device: str) -> list[dict]:
