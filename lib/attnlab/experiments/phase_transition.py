@@ -633,7 +633,7 @@ def pt_untied(config: dict, device: str) -> list[dict]:
 
 @experiment(
     "pt_value",
-    book=_VARIANT_BOOK | {"d": 50},
+    book=_VARIANT_BOOK | {"d": 40, "n_seeds": 4, "alpha_min": 1.0, "n_alpha": 3},
     paper=_VARIANT_PAPER | {"d": 200},
     description="reviewers' question: a learned d x d value matrix (started at I) vs value = I (chapter 4)",
 )
