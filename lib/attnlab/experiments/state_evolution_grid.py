@@ -83,3 +83,32 @@ def pt_transition_lines(config: dict, device: str) -> list[dict]:
             "xtol": config["xtol"], "bracket": (config["alpha_low"], config["alpha_high"]),
             "n_grid": config["n_grid"]}  # fmt: skip
     return sweep(_lines_at, [{"omega": float(w), **args} for w in config["omegas"]], n_jobs=config["n_jobs"])
+
+
+def _probe(omega, alpha, sigma, lam, n_nodes):
+    from attnlab.theory import state_evolution as se
+
+    sol = se.solve_both(alpha, omega, sigma, lam, n_nodes=n_nodes)
+    row = {"omega": float(omega), "alpha": float(alpha), "eps_lin": se.eps_lin(omega, sigma)}
+    for b in ("semantic", "positional"):
+        row |= {f"eps_g_{b}": sol[b].eps_g, f"eps_t_{b}": sol[b].eps_t, f"converged_{b}": sol[b].converged}
+    return row
+
+
+@experiment(
+    "pt_threshold_probes",
+    book={**_BASE, "points": [[0.3, 1.241], [0.3, 1.451]], "n_nodes": 8, "n_jobs": 2},
+    paper={**_BASE, "points": [[0.0, 0.548], [0.1, 0.707], [0.2, 0.928], [0.3, 1.241], [0.4, 1.751],
+                               [0.0, 0.722], [0.1, 0.851], [0.2, 1.071], [0.3, 1.451], [0.38, 1.993]],
+           "n_nodes": 12, "n_jobs": 2},
+    description="both branches at given (omega, alpha) points, e.g. the published thresholds (chapter 4)",
+)  # fmt: skip
+def pt_threshold_probes(config: dict, device: str) -> list[dict]:
+    """Both branches' errors and ε_lin at each ``(omega, alpha)`` of ``points``.
+
+    At paper scale the points are the thresholds tabulated by Cui et al. (2024): how far from a
+    root the published values sit measures how sensitive each threshold is.
+    """
+    args = {"sigma": config["sigma"], "lam": config["lam"], "n_nodes": config["n_nodes"]}
+    configs = [{"omega": float(w), "alpha": float(a), **args} for w, a in config["points"]]
+    return sweep(_probe, configs, n_jobs=config["n_jobs"])

@@ -366,7 +366,7 @@ class _Problem:
         hs1, hs2 = sr * z1, sr * z2
         return u1, u2, hs1, hs2, b
 
-    def hats(self, q, m, V, theta, all_starts=False):
+    def hats(self, q, m, V, theta, all_starts=False, fresh=True):
         """Conjugate variables and E[min] from the prox at every node (eq-pt-se-hats).
 
         With φ = min_h {‖h - u‖²/V + ℓ(h; h*)} (continuous) and g = (prox - u)/V = -∇_u φ / 2,
@@ -379,11 +379,14 @@ class _Problem:
         nu1, nu2, z1, z2 = self.X
         u1, u2, hs1, hs2, b = self.fields(q, m, theta)
         T = _target(hs1, hs2, self.omega, self.A)
-        starts = [(u1, u2)]
-        if self.h is not None:
-            starts.append((self.h[0], self.h[1]))
-        if all_starts or self.h is None:
-            starts.append((np.zeros_like(u1), np.zeros_like(u2)))
+        if self.h is None or all_starts:  # from u, from 0 and from the previous solution
+            starts = [(u1, u2), (np.zeros_like(u1), np.zeros_like(u2))]
+            if self.h is not None:
+                starts.append((self.h[0], self.h[1]))
+        elif fresh:  # from u and from the previous solution
+            starts = [(u1, u2), (self.h[0], self.h[1])]
+        else:  # warm start only (cheap: a few Newton steps)
+            starts = [(self.h[0], self.h[1])]
         h1, h2, phi = _prox_batch(u1, u2, V, T, self.s2, starts)
         self.h = np.stack([h1, h2])
         W, alpha, rho = self.W, self.alpha, self.rho
@@ -506,21 +509,23 @@ def _residual(new, x):
     return float(np.max(np.abs(new - x) / (np.abs(x) + 1e-3)))
 
 
-def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_step=0.2):
+def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_step=0.2, refresh=4):
     """Damped fixed-point iteration with Anderson mixing; returns (x, hats, e_min, it, res).
 
     Anderson steps are only taken once the residual is below ``anderson_from`` and are limited to
     a change ``max_step`` relative to |x| + 0.05, so that the acceleration stays in the basin of
     the fixed point that the damped iteration is heading to (another one may lie close by).
-    The prox is warm-started from the previous iteration; at convergence it is re-solved from
-    all starting points (u, 0, warm) and the iteration goes on if the residual is not small then.
+    The prox is warm-started from the previous iteration (and also solved from u every ``refresh``
+    iterations); at convergence it is re-solved from all starting points (u, 0, warm) and the
+    iteration goes on if the residual is not small then.
     """
     x = _project(np.asarray(x, dtype=float), prob.rho)
     hist_x, hist_f = [], []  # Anderson history: iterates and residuals f = G(x) - x
     res = np.inf
     all_starts = False
     for it in range(1, max_iter + 1):
-        *hats, _ = prob.hats(*x, all_starts=all_starts)
+        fresh = it % refresh == 0  # re-solve the prox from u every ``refresh`` iterations
+        *hats, _ = prob.hats(*x, all_starts=all_starts, fresh=fresh)
         gx = prob.overlaps(*prob.restrict(hats))
         if not np.all(np.isfinite(gx)):
             return x, None, None, it, np.inf
