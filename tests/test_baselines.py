@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from attnlab import baselines as bl
 from scipy.stats import multivariate_normal
+
+from attnlab import baselines as bl
 
 
 def _data(B=64, n=20, d=10, sigma=1.0, seed=0):

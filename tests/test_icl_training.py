@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+
 from attnlab import icl_training as it
 from attnlab.tasks.icl_regression import sample_regression
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from attnlab.models import LinearTransformer, gd_construction
 from attnlab.tasks.icl_regression import build_tokens, sample_regression
 from attnlab.theory.implicit_gd import (

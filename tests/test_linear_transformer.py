@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from attnlab.models import (
     LinearTransformer,
     gd_construction,

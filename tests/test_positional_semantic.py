@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from attnlab.experiments import phase_transition as pt
 from attnlab.models import PositionalLinear, TiedLowRankAttention
 from attnlab.tasks import positional_semantic as ps

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from attnlab.theory import state_evolution as se
 
 FAST = {"n_nodes": 8}  # coarse quadrature: fast, within ~1% of converged values
