@@ -44,6 +44,20 @@ def test_run_caches_by_config():
     assert len(CALLS) == 3
 
 
+def test_cache_key_includes_the_library_source(monkeypatch):
+    ex.run("toy_square")
+    assert len(CALLS) == 1
+    monkeypatch.setattr(_core, "library_fingerprint", lambda: "changed-code")
+    ex.run("toy_square")
+    assert len(CALLS) == 2, "a change of the library's code must recompute"
+
+
+def test_library_fingerprint_is_stable():
+    first = _core.library_fingerprint()
+    assert first == _core.library_fingerprint()
+    assert len(first) == 16 and all(c in "0123456789abcdef" for c in first)
+
+
 def test_result_column_filters():
     r = ex.run("toy_square", "paper")
     assert r.column("value", i=3).tolist() == [9.0]

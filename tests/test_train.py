@@ -130,3 +130,25 @@ def test_bad_model_data_and_loss():
         train(nn.Linear(3, 1), mse, lambda b, g: (X, y), optimizer="adam")
     with pytest.raises(ValueError, match="loss_fn must return a scalar"):
         train(nn.Linear(3, 1), lambda m, X, y: m(X), (X, y), steps=1)
+
+
+def test_optimizers_match_torch_optim():
+    """The written-out SGD and AdamW take the same steps as torch.optim's."""
+    X, y, _ = _regression()
+    for name, kwargs, reference in [
+        ("gd", {"weight_decay": 0.1}, lambda p: torch.optim.SGD(p, lr=0.05, weight_decay=0.1)),
+        (
+            "adam",
+            {"weight_decay": 0.1, "batch_size": 64},
+            lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+        ),
+    ]:
+        ours, theirs = nn.Linear(3, 1, bias=False).double(), nn.Linear(3, 1, bias=False).double()
+        theirs.load_state_dict(ours.state_dict())
+        train(ours, mse, (X, y), optimizer=name, lr=0.05, steps=20, dtype="float64", **kwargs)
+        opt = reference(theirs.parameters())
+        for _ in range(20):
+            opt.zero_grad()
+            mse(theirs, X, y).backward()
+            opt.step()
+        assert torch.allclose(ours.weight, theirs.weight, atol=1e-12, rtol=0)

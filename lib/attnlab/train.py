@@ -70,10 +70,57 @@ def _to(batch, device, dtype):
     return tuple(out)
 
 
+class _SGD:
+    """Plain (stochastic) gradient descent: ``p <- p - lr * (grad + weight_decay * p)``.
+
+    Written out rather than taken from ``torch.optim``, whose first use imports ``torch._dynamo``
+    and costs seconds in every fresh kernel of a book build.
+    """
+
+    def __init__(self, params, lr, weight_decay):
+        self.params, self.lr, self.weight_decay = list(params), lr, weight_decay
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.add_(p.grad + self.weight_decay * p if self.weight_decay else p.grad, alpha=-self.lr)
+
+
+class _AdamW:
+    """Adam with decoupled weight decay (Loshchilov and Hutter), as ``torch.optim.AdamW``."""
+
+    def __init__(self, params, lr, weight_decay, betas, eps=1e-8):
+        self.params, self.lr, self.weight_decay, self.betas, self.eps = (
+            list(params),
+            lr,
+            weight_decay,
+            betas,
+            eps,
+        )
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        b1, b2 = self.betas
+        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        for p, m, v in zip(self.params, self.m, self.v, strict=True):
+            if p.grad is None:
+                continue
+            if self.weight_decay:
+                p.mul_(1 - self.lr * self.weight_decay)
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
+
+
 def _make_optimizer(name, params, lr, weight_decay, betas):
     if name in ("gd", "sgd"):
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+        return _SGD(params, lr, weight_decay)
+    return _AdamW(params, lr, weight_decay, betas)
 
 
 def _evaluate_callbacks(model, callbacks, history):
@@ -191,7 +238,7 @@ def train(
                 _evaluate_callbacks(model, callbacks, history)
             if step == steps:
                 break
-            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             bar.update(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib
 import json
 import os
@@ -128,9 +129,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
 
 
-def _execute(name: str, config: dict, device: str, version: str) -> list[dict]:
-    # ``version`` is part of the cache key: a new library version recomputes.
+def _execute(name: str, config: dict, device: str, version: str, code: str) -> list[dict]:
+    # ``version`` and ``code`` are part of the cache key: a change of the library recomputes.
     return get(name).fn(dict(config), device)
+
+
+def library_fingerprint() -> str:
+    """A hash of every source file of the ``attnlab`` package.
+
+    It is part of the cache key, so that a result computed by older code is never served after
+    the library changed, even within one version number.
+    """
+    root = Path(attnlab.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def run(
@@ -144,16 +159,18 @@ def run(
     """Run experiment ``name`` at ``scale`` and return its :class:`Result`.
 
     Results are cached on disk with ``joblib.Memory``, keyed by the name, the full configuration,
-    the device and the library version, so a second call with the same configuration loads them.
+    the device, the library version and a fingerprint of the library's source
+    (:func:`library_fingerprint`), so a second call with the same configuration and code loads
+    them.
     """
     exp = get(name)
     config = exp.config(scale, overrides)
     resolve_device(device)
     if cache:
         memory = joblib.Memory(cache_dir() / "joblib", verbose=0)
-        rows = memory.cache(_execute)(name, config, str(device), attnlab.__version__)
+        rows = memory.cache(_execute)(name, config, str(device), attnlab.__version__, library_fingerprint())
     else:
-        rows = _execute(name, config, str(device), attnlab.__version__)
+        rows = _execute(name, config, str(device), attnlab.__version__, library_fingerprint())
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"experiment {name!r} must return a list of dict rows")
     return Result(name, scale, config, rows)
