@@ -484,3 +484,33 @@ def icl_decay(config: dict, device: str) -> list[dict]:
              **{f"gamma_{l + 1}": gam[l] for l in range(L)}}
         )  # fmt: skip
     return rows
+
+
+def merge_parts(directories, out, name: str = "icl_mixed_noise", scale: str = "paper"):
+    """Merge the results of a run split with ``--set part=k/m`` into one result file.
+
+    ``directories`` are the ``--out`` folders of the parts, in order. The merged configuration
+    is the common one with ``part`` naming the parts and ``noise`` the full list; the JSON
+    keeps every part's command under ``commands``. Returns the path of the merged CSV.
+    """
+    from attnlab.experiments import Result, load_result, write_result
+
+    parts = [load_result(name, scale, directory=d) for d in directories]
+    if not parts:
+        raise ValueError("directories must name at least one part")
+    config = dict(parts[0].config)
+    for p in parts[1:]:
+        for key, value in p.config.items():
+            if key != "part" and value != config[key]:
+                raise ValueError(f"parts differ in {key!r}: {value!r} != {config[key]!r}")
+    config["part"] = "all (merged: " + ", ".join(str(p.config["part"]) for p in parts) + ")"
+    commands = [p.meta.get("command") for p in parts]
+    merged = Result(
+        name,
+        scale,
+        config,
+        [row for p in parts for row in p.rows],
+        parts[0].version,
+        meta={"commands": commands, "note": "merged with attnlab.experiments.icl.merge_parts"},
+    )
+    return write_result(merged, out, command=" && ".join(c or "?" for c in commands))
