@@ -173,6 +173,14 @@ class Spectral:
             lam = check_real("lam", float(lam), minimum=0.0)
         return (self._qb / (self.evals + lam)).sum(-1)
 
+    def ridge_w(self, lam) -> torch.Tensor:
+        """Ridge weights ``(Σ + lam·I)⁻¹α`` ``[B, d]`` for ``lam`` a scalar or ``[B]``."""
+        if isinstance(lam, torch.Tensor) and lam.ndim == 1:
+            lam = lam[:, None]
+        else:
+            lam = check_real("lam", float(lam), minimum=0.0)
+        return (self.V @ (self.beta / (self.evals + lam))[..., None])[..., 0]
+
     def ada_sigma2(self) -> torch.Tensor:
         """``RSS_OLS / (n − d)`` with ``RSS = λ − αᵀΣ⁻¹α`` [B]."""
         if self.n <= self.d:

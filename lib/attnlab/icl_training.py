@@ -436,7 +436,7 @@ def train_icl(
     n_heads: int = 1,
     steps: int = 1000,
     batch_size: int = 2048,
-    lr: float = 1e-4,
+    lr: float | dict = 1e-4,
     betas: tuple[float, float] = (0.9, 0.98),
     lr_schedule: str = "constant",
     init_scale: float | None = None,
@@ -450,7 +450,9 @@ def train_icl(
 
     ``params`` ⊂ :data:`PARAMS`; ``depths`` numbers of layers; ``noise`` strings for
     :func:`parse_noise`; ``seeds`` initialisation seeds (one model per seed; the data of seed ``r``
-    come from its own stream). Losses are ½·MSE per model, recorded every ``record_every`` steps
+    come from its own stream). ``lr`` is one learning rate or a dict ``{param: lr}``; with
+    ``lr_schedule="cosine"`` it warms up linearly over the first 10% of the steps and then decays
+    to zero along a cosine. Losses are ½·MSE per model, recorded every ``record_every`` steps
     (the mean over those steps). A model whose loss becomes non-finite is marked ``diverged``
     and its parameters are frozen (the others are unaffected: the models share no parameters).
     ``num_threads`` limits torch's CPU threads during the run (restored afterwards): the many
@@ -505,12 +507,12 @@ def _train_icl(
     steps = check_int("steps", steps, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     if isinstance(lr, dict):
-        unknown = set(lr) - set(params)
-        if unknown or set(params) - set(lr):
+        missing = set(params) - set(lr)
+        if missing:
             raise ValueError(
-                f"lr must be a number or a dict with one entry per param {params}, got keys {sorted(lr)}"
+                f"lr must be a number or a dict with an entry for every param, missing {sorted(missing)}"
             )
-        lrs = {p: check_positive("lr", v) for p, v in lr.items()}
+        lrs = {p: check_positive("lr", lr[p]) for p in params}
     else:
         lrs = dict.fromkeys(params, check_positive("lr", lr))
     if len(betas) != 2 or not all(0 <= b < 1 for b in betas):

@@ -1,0 +1,51 @@
+"""Smoke tests of the Part III experiments (tiny configurations) and of merging split runs."""
+
+import numpy as np
+import pytest
+from attnlab import experiments as ex
+from attnlab.experiments.icl import merge_parts
+
+
+def test_baselines_experiment_rows_are_ordered_as_expected():
+    res = ex.run(
+        "icl_baselines",
+        overrides={"noise": ["uniform:0", "uniform:2", "categorical:1,3"], "n_eval": 600, "n_tune": 400},
+        cache=False,
+    )
+    assert [r["noise"] for r in res.rows] == ["uniform:0", "uniform:2", "categorical:1,3"]
+    assert res.rows[0]["ada"] == pytest.approx(0.0, abs=1e-12)
+    for row in res.rows[1:]:
+        assert 0 < row["bayes"] < row["const"] and row["tuned"] > 0
+
+
+def test_mixed_noise_experiment_and_merge(tmp_path):
+    small = {
+        "params": ["gdpp", "diag"],
+        "depths": [1, 2],
+        "steps": 2,
+        "batch_size": 8,
+        "n_eval": 200,
+        "profile_n": 50,
+        "profile_sigmas": [1.0],
+        "record_every": 1,
+        "keep_weights": False,
+    }
+    for k in range(2):
+        res = ex.run("icl_mixed_noise", overrides={**small, "part": f"{k}/2"}, cache=False)
+        ex.write_result(res, tmp_path / f"p{k}", command=f"part {k}")
+    path = merge_parts([tmp_path / "p0", tmp_path / "p1"], tmp_path / "all", scale="book")
+    merged = ex.load_result("icl_mixed_noise", "book", directory=path.parent)
+    assert sorted(set(merged.column("noise", kind="table"))) == sorted(
+        ["uniform:0", "uniform:1", "uniform:3", "uniform:5"]
+    )
+    assert merged.meta["commands"] == ["part 0", "part 1"]
+    assert np.all(np.isfinite(merged.column("adjusted", kind="table")))
+    with pytest.raises(ValueError, match="part"):
+        ex.run("icl_mixed_noise", overrides={**small, "part": "3/2"}, cache=False)
+
+
+def test_decay_experiment_keeps_fixed_decays():
+    res = ex.run("icl_decay", overrides={"steps": 3, "batch_size": 8, "n_eval": 100}, cache=False)
+    fixed = [r for r in res.rows if r["variant"] == "fixed:0.8"]
+    assert all(r["gamma_1"] == pytest.approx(0.8, abs=1e-6) for r in fixed)
+    assert all(r["gamma_1"] == pytest.approx(1.0) for r in res.rows if r["variant"] == "none")
