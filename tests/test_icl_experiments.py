@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from attnlab import experiments as ex
 from attnlab.experiments.icl import merge_parts
 
