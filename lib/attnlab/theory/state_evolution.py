@@ -42,7 +42,7 @@ Public API
 
 Numerics
 --------
-* Gaussian averages over (ξ₁, ξ₂, η₁, η₂) use a 4-D Gauss–Hermite product rule with
+* Gaussian averages over four standard Gaussians use a 4-D Gauss–Hermite product rule with
   ``n_nodes`` nodes per dimension; nodes whose product weight is below ``prune`` times the
   largest weight are dropped (they carry less than ~1e-9 of the mass at the default).
 * The prox ``argmin_h ‖h - u‖²/V + ℓ(h; h*)`` is solved for all nodes at once by a batched
@@ -50,9 +50,17 @@ Numerics
   where the problem is non-convex) and a backtracking Armijo line search. Converged nodes leave
   the active set. Several starting points (u, 0 and the previous solution) are tried and the
   lowest objective is kept, so the prox is the global minimizer, not a local one.
+* The hats use the Stein form: with φ the prox's minimum value (continuous) and
+  g = -∇_u φ / 2, the averages E[g], E[g ξ], E[g η] are written as averages of φ times
+  polynomials. The prox jumps between mirror-image valleys; φ does not, so the quadrature
+  converges much faster (chapter 02). Only q̂ = α E‖g‖² keeps a discontinuous integrand.
 * The fixed point of hats -> overlaps is found by damped iteration (``damping`` is the weight of
-  the old value, as in the authors' code) accelerated with Anderson mixing; the residual is the
-  largest relative change of (q, m, V, θ).
+  the old value, as in the authors' code) accelerated with Anderson mixing close to the fixed
+  point; the residual is the largest relative change of (q, m, V, θ). Each branch is kept in its
+  invariant subspace: θ = 0 (positional: θ̂ ≡ 0) or m = 0 (semantic: m̂ ≡ 0); by symmetry the
+  exact map preserves both, for any A.
+* Cost: a single solve takes well under a second of CPU at ``n_nodes=8`` and about a second at
+  the default 12; a 20 x 20 (α, ω) grid at 8 nodes takes a few CPU minutes.
 """
 
 from __future__ import annotations
