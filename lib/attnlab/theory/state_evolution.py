@@ -270,7 +270,12 @@ def _newton(h1, h2, u1, u2, V, T, s2, max_iter=60, gtol=1e-9):
 
 
 def _prox_batch(u1, u2, V, T, s2, starts):
-    """Global prox over a list of starting points: keep the lowest objective per node."""
+    """Global prox over a list of starting points: keep the lowest objective per node.
+
+    A start can sit on a stationary point that is not a minimum (at u = 0 the origin is one,
+    by the symmetry h -> -h); nodes whose result has a Hessian that is not positive definite are
+    restarted from small kicks around it, and the lowest value is kept.
+    """
     best = None
     for s1, s2_ in starts:
         h1, h2, _ = _newton(s1, s2_, u1, u2, V, T, s2)
@@ -280,6 +285,19 @@ def _prox_batch(u1, u2, V, T, s2, starts):
         else:
             better = f < best[2] - 1e-14
             best = [np.where(better, h1, best[0]), np.where(better, h2, best[1]), np.minimum(f, best[2])]
+    _, _, H11, H12, H22 = _grad_hess(best[0], best[1], u1, u2, V, T, s2)
+    lmin = 0.5 * (H11 + H22) - np.sqrt(0.25 * (H11 - H22) ** 2 + H12**2)
+    bad = np.flatnonzero(lmin <= 1e-12)
+    if bad.size:
+        sub = (u1[bad], u2[bad])
+        Tb = tuple(t[bad] for t in T)
+        for k1, k2 in ((0.3, -0.3), (-0.3, 0.3), (0.3, 0.3), (-0.3, -0.3)):
+            h1, h2, _ = _newton(best[0][bad] + k1, best[1][bad] + k2, *sub, V, Tb, s2)
+            f = _objective(h1, h2, *sub, V, Tb, s2)
+            better = f < best[2][bad] - 1e-14
+            best[0][bad] = np.where(better, h1, best[0][bad])
+            best[1][bad] = np.where(better, h2, best[1][bad])
+            best[2][bad] = np.minimum(f, best[2][bad])
     return best
 
 
