@@ -182,3 +182,12 @@ def test_phase_diagram_experiment_runs_at_tiny_size():
     res = run("pt_phase_diagram", "book", overrides=small, cache=False)
     assert len(res.rows) == 2
     assert set(res.column("global")) <= {"semantic", "positional"}
+
+
+def test_prox_escapes_the_symmetric_stationary_point():
+    # at u = 0 the origin is a stationary point of the prox objective (h -> -h symmetry);
+    # the prox must return the minimum, which is continuous in u
+    t = np.linspace(-0.01, 0.01, 21)
+    u = np.stack([t, -t], axis=1)
+    _, val = se.prox(u, np.tile([1.0, -1.0], (t.size, 1)), 11.4, 0.3)
+    assert np.max(np.abs(np.diff(val))) < 1e-3

@@ -44,7 +44,7 @@ def _grid_column(omega, alphas, sigma, lam, n_nodes, tol):
     book={**_BASE, "alpha_min": 0.2, "alpha_max": 2.0, "n_alpha": 5, "omega_min": 0.0, "omega_max": 0.4,
           "n_omega": 5, "n_nodes": 8, "tol": 1e-6, "n_jobs": 2},
     paper={**_BASE, "alpha_min": 0.1, "alpha_max": 2.0, "n_alpha": 20, "omega_min": 0.0, "omega_max": 0.475,
-           "n_omega": 20, "n_nodes": 8, "tol": 1e-6, "n_jobs": 2},
+           "n_omega": 20, "n_nodes": 8, "tol": 1e-7, "n_jobs": 2},
     description="Both fixed-point branches on an (alpha, omega) grid: eps_t, eps_g, overlaps, eps_lin",
 )  # fmt: skip
 def pt_phase_diagram(config: dict, device: str) -> list[dict]:
