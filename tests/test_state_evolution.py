@@ -191,3 +191,21 @@ def test_prox_escapes_the_symmetric_stationary_point():
     u = np.stack([t, -t], axis=1)
     _, val = se.prox(u, np.tile([1.0, -1.0], (t.size, 1)), 11.4, 0.3)
     assert np.max(np.abs(np.diff(val))) < 1e-3
+
+
+def test_theta_zero_is_stable_at_small_alpha():
+    # Below alpha ~ 0.6 (omega = 0.3) the semantic branch collapses to theta = 0: the map
+    # theta -> G_theta contracts near theta = 0. At the authors' stored point for alpha = 0.345
+    # (q = 0.0274, V = 29.59, theta = 0.0223), with theta scaled down to 0.1x, the slope
+    # G_theta / theta is ~0.7 by the Stein quadrature and by plain Monte Carlo; direct averages of
+    # the discontinuous prox on a low-order rule overestimate it (> 1.5 with 4-16 Gauss-Hermite
+    # nodes per dimension), which is why the authors' stored branch keeps theta > 0 down to
+    # alpha -> 0.
+    q, V, theta, alpha = 0.0274166, 29.5904, 0.00222546, 0.345455
+    for n in (8, 12):
+        h = se.hat_variables(alpha, 0.3, q, 0.0, V, theta, n_nodes=n)
+        assert 0.5 < h["theta"] / theta < 0.85
+    mc = se.hat_variables(alpha, 0.3, q, 0.0, V, theta, monte_carlo=400_000, seed=0)
+    assert 0.4 < mc["theta"] / theta < 0.9
+    sem = se.solve(0.4, 0.3, "semantic", **FAST)
+    assert sem.converged and abs(sem.theta) < 1e-3

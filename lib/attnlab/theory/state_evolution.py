@@ -54,6 +54,10 @@ Numerics
   g = -∇_u φ / 2, the averages E[g], E[g ξ], E[g η] are written as averages of φ times
   polynomials. The prox jumps between mirror-image valleys; φ does not, so the quadrature
   converges much faster (chapter 02). Only q̂ = α E‖g‖² keeps a discontinuous integrand.
+  This matters most for θ̂ at small θ: direct averages of g η on a low-order rule (as in the
+  authors' code) overestimate the slope of θ -> θ_new near θ = 0 (above 1 where the converged
+  value is about 0.7, ω = 0.3, α = 0.35), so their semantic branch keeps θ > 0 down to α -> 0,
+  while the converged map has θ = 0 stable below α ≈ 0.6 (test_theta_zero_is_stable_at_small_alpha).
 * The fixed point of hats -> overlaps is found by damped iteration (``damping`` is the weight of
   the old value, as in the authors' code) accelerated with Anderson mixing close to the fixed
   point; the residual is the largest relative change of (q, m, V, θ). Each branch is kept in its
