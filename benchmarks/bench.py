@@ -318,14 +318,16 @@ def summary_table(se_res, pd_res, icl_res) -> str:
     return "\n".join(lines)
 
 
-def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float) -> str:
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None) -> str:
+    if load is None:
+        load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     out = [
         "# Benchmark results",
         "",
         "Written by `make bench` (`python -m benchmarks"
         + (" --quick" if quick else "")
-        + "`); do not edit by hand.",
+        + (" --book" if book_res else "")
+        + "`); do not edit by hand. The raw numbers are in `RESULTS.json` beside it.",
         "Every ratio compares two codes timed in the same run, alternately, on the same machine.",
         "",
         f"- Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -387,6 +389,15 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float) -> str:
             f"this load); {100 * pd_res['converged']:.1f}% of the {2 * pd_res['points']} fixed points converged.",
             "",
         ]
+        one = next((r for r in (se_res or {}).get("solver", []) if r["n_nodes"] == pd_res["n_nodes"]), None)
+        if one:
+            cpu = 2 * pd_res["points"] * one["time"]
+            out += [
+                f"For scale: one {one['n_nodes']}⁴ solve took {one['time']:.2f} s in the Part II benchmark of this run, so "
+                f"the grid's {2 * pd_res['points']} solves are about {cpu:.0f} CPU-seconds, about {cpu / pd_res['n_jobs']:.0f} s "
+                f"on {pd_res['n_jobs']} idle cores (an estimate from this run, not a measurement of the grid).",
+                "",
+            ]
     if icl_res:
         out += [
             "## Part III: the batched trainer",
@@ -478,7 +489,16 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="Markdown results file"
     )
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the report from a run's JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        raw = json.loads(Path(args.render).read_text())
+        parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
+        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"]))
+        if not raw["quick"] and args.out == str(ROOT / "benchmarks" / "RESULTS.md"):
+            update_readme(summary_table(*parts[:3]))
+        print(f"wrote {args.out}")
+        return 0
     which = set(args.only or ["se", "phase", "icl"] + (["book"] if args.book else []))
     t0 = time.perf_counter()
     q = args.quick
@@ -510,9 +530,19 @@ def main(argv=None) -> int:
     if "book" in which:
         book_res = bench_book()
         print(f"Book: {book_res['total']:.0f} s (within 10 min: {book_res['within_10_min']})", flush=True)
-    text = render(se_res, pd_res, icl_res, book_res, q, time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    text = render(se_res, pd_res, icl_res, book_res, q, wall, load)
     Path(args.out).write_text(text)
-    raw = {"quick": q, "state_evolution": se_res, "phase_diagram": pd_res, "icl": icl_res, "book": book_res}
+    raw = {
+        "quick": q,
+        "wall": wall,
+        "load": list(load),
+        "state_evolution": se_res,
+        "phase_diagram": pd_res,
+        "icl": icl_res,
+        "book": book_res,
+    }
     Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float) + "\n")
     if not q and args.out == str(ROOT / "benchmarks" / "RESULTS.md"):
         update_readme(summary_table(se_res, pd_res, icl_res))
