@@ -80,7 +80,8 @@ lab: $(STAMP)
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # Benchmarks against baselines timed side by side in the same run (ratios); writes
-# benchmarks/RESULTS.md and the README's table. BENCH_ARGS=--quick (seconds) or --book (+ every chapter).
+# benchmarks/RESULTS.md and the README's table. BENCH_ARGS=--quick (seconds; writes _build/benchmarks/
+# instead) or --book (also executes every chapter, a few minutes more).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 

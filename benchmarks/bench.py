@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 
 
 def _timed(fn, *args, **kwargs):
@@ -487,15 +488,20 @@ def main(argv=None) -> int:
         "--only", choices=["se", "phase", "icl", "book"], action="append", help="run only these"
     )
     parser.add_argument(
-        "--out", default=str(ROOT / "benchmarks" / "RESULTS.md"), help="Markdown results file"
+        "--out",
+        default=None,
+        help="Markdown results file (default benchmarks/RESULTS.md; with --quick _build/benchmarks/RESULTS-quick.md)",
     )
     parser.add_argument("--render", metavar="JSON", help="only rewrite the report from a run's JSON")
     args = parser.parse_args(argv)
+    if args.out is None:  # a quick run never overwrites the committed results
+        args.out = str(ROOT / "_build" / "benchmarks" / "RESULTS-quick.md") if args.quick else str(RESULTS)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     if args.render:
         raw = json.loads(Path(args.render).read_text())
         parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
         Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"]))
-        if not raw["quick"] and args.out == str(ROOT / "benchmarks" / "RESULTS.md"):
+        if not raw["quick"] and args.out == str(RESULTS):
             update_readme(summary_table(*parts[:3]))
         print(f"wrote {args.out}")
         return 0
@@ -544,7 +550,7 @@ def main(argv=None) -> int:
         "book": book_res,
     }
     Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float) + "\n")
-    if not q and args.out == str(ROOT / "benchmarks" / "RESULTS.md"):
+    if not q and args.out == str(RESULTS):
         update_readme(summary_table(se_res, pd_res, icl_res))
     print(f"wrote {args.out}")
     return 0
