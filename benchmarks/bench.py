@@ -464,6 +464,11 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
         "`--set steps=200000 --set batch_size=2048 --set lr=0.0001 --set lr_schedule=constant --set n_seeds=5`, "
         "meant for `--device cuda`. No GPU was available to this benchmark, so no GPU number is reported.",
         "",
+        "The `--device cuda` path was checked by reading the code only: training (parameters, data generators, "
+        "Adam) runs on the device; the trained models are evaluated in float64 on the CPU (`icl_training.evaluate` "
+        "moves them there, and kept weights are copied to the CPU). `icl_baselines` and `icl_decay` run on the CPU "
+        "whatever `--device` says.",
+        "",
     ]
     return "\n".join(out)
 
