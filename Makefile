@@ -20,7 +20,7 @@ LAB_PORT ?= 8888
 export ATTNLAB_CACHE := $(CURDIR)/_build/cache
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean
+.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,8 +44,8 @@ test: $(STAMP)
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
-	$(BIN)/ruff check lib tests
-	$(BIN)/ruff format --check lib tests
+	$(BIN)/ruff check lib tests benchmarks
+	$(BIN)/ruff format --check lib tests benchmarks
 
 # Library tests and the chapter-format checks (jupytext header, conversion), on both cores.
 unit: $(STAMP)
@@ -78,6 +78,12 @@ notebooks: $(STAMP)
 lab: $(STAMP)
 	JUPYTER_PREFER_ENV_PATH=1 $(BIN)/jupyter lab --ServerApp.ip=$(LAB_HOST) --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir=$(CURDIR) \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# Benchmarks against baselines timed side by side in the same run (ratios); writes
+# benchmarks/RESULTS.md and the README's table. BENCH_ARGS=--quick (seconds; writes _build/benchmarks/
+# instead) or --book (also executes every chapter, a few minutes more).
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf _build

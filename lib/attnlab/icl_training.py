@@ -635,7 +635,7 @@ def evaluate(
     chunk = check_int("chunk", chunk, minimum=1)
     y = torch.as_tensor(y, dtype=torch.float64)
     xq = torch.as_tensor(x_query, dtype=torch.float64)
-    th = theta.to(torch.float64)
+    th = theta.detach().to(device=X.device, dtype=torch.float64)  # models trained on a GPU: evaluated here
     outs = []
     for start in range(0, B, chunk):
         G, e_t = gram_inputs(X[start : start + chunk], y[start : start + chunk], xq[start : start + chunk])

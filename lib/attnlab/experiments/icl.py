@@ -330,7 +330,7 @@ def _rows(config: dict, device: str) -> list[dict]:
                             "n_layers": L,
                             "noise": spec,
                             "seed": seed,
-                            "theta": grp.theta[si, r].double().numpy().tolist(),
+                            "theta": grp.theta[si, r].double().cpu().numpy().tolist(),
                         }
                     )
     return rows

@@ -1,0 +1,1 @@
+"""Benchmarks of attnlab against straightforward baselines (``make bench``; see bench.py)."""

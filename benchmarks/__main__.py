@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.bench import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""A straightforward Part III trainer, the baseline of ``bench_icl``.
+
+One linear transformer at a time, in token form (paper C, section 3; ``attnlab.models.LinearTransformer``):
+every layer does ``Z ← Z + Σ_k P_k (Z M Zᵀ) Q_k Z`` with a Python loop over the heads, the
+loss is ½·MSE of ``-y`` of the query token, and the step is plain ``loss.backward()`` and
+``torch.optim.Adam``. No Gram-form rewrite, no batching over models.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def head_matrices(param: str, theta_lk: torch.Tensor, D: int):
+    """``(P_k, Q_k)`` ``[D, D]`` of one head.
+
+    ``"full"``: ``theta_lk [2, D, D]``; ``"diag"``: ``theta_lk = (p_x, p_y, q_x, q_y)``.
+    """
+    if param == "full":
+        return theta_lk[0], theta_lk[1]
+    ones = torch.ones(D, dtype=theta_lk.dtype, device=theta_lk.device)
+    last = torch.zeros(D, dtype=theta_lk.dtype, device=theta_lk.device)
+    last[-1] = 1.0
+    P = torch.diag(theta_lk[0] * (ones - last) + theta_lk[1] * last)
+    Q = torch.diag(theta_lk[2] * (ones - last) + theta_lk[3] * last)
+    return P, Q
+
+
+def tokens(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
+    """``Z [B, d+1, n+1]``: context tokens ``(x_i, y_i)`` as columns, then the query ``(x_t, 0)``."""
+    ctx = torch.cat([X, y[..., None]], dim=-1)  # [B, n, d+1]
+    q = torch.cat([x_query, torch.zeros_like(x_query[..., :1])], dim=-1)[:, None, :]  # [B, 1, d+1]
+    return torch.cat([ctx, q], dim=1).transpose(1, 2)
+
+
+def reference_forward(param: str, theta: torch.Tensor, X, y, x_query) -> torch.Tensor:
+    """Prediction ``[B]`` of one model ``theta [L, H, ...]`` (the layout of ``attnlab.icl_training``)."""
+    Z = tokens(X, y, x_query)  # [B, D, n+1]
+    D, N = Z.shape[1], Z.shape[2]
+    M = torch.eye(N, dtype=Z.dtype, device=Z.device)
+    M[-1, -1] = 0.0  # keys and values see the n context tokens only
+    for layer in range(theta.shape[0]):
+        S = Z @ M @ Z.transpose(1, 2)  # [B, D, D]
+        update = torch.zeros_like(Z)
+        for k in range(theta.shape[1]):  # one head at a time
+            P, Q = head_matrices(param, theta[layer, k], D)
+            update = update + P @ S @ Q @ Z
+        Z = Z + update
+    return -Z[:, -1, -1]
+
+
+def sample(batch_size: int, d: int, n: int, sigma_max: float, gen: torch.Generator, dtype=torch.float32):
+    """Mixed-noise regression data: ``w, x ~ N(0, I)``, σ ~ U(0, σ_max) per sequence."""
+    X = torch.randn(batch_size, n, d, generator=gen, dtype=dtype)
+    w = torch.randn(batch_size, d, generator=gen, dtype=dtype)
+    xq = torch.randn(batch_size, d, generator=gen, dtype=dtype)
+    sigma = sigma_max * torch.rand(batch_size, generator=gen, dtype=dtype)
+    y = (X @ w[..., None])[..., 0] + sigma[:, None] * torch.randn(batch_size, n, generator=gen, dtype=dtype)
+    return X, y, xq, (xq * w).sum(-1)
+
+
+def train_reference(
+    param: str,
+    n_layers: int,
+    *,
+    n_heads: int = 1,
+    d: int = 10,
+    n: int = 20,
+    steps: int = 10,
+    batch_size: int = 2048,
+    lr: float = 1e-4,
+    sigma_max: float = 1.0,
+    seed: int = 0,
+) -> list[float]:
+    """Train one model with Adam on fresh data every step; returns the losses."""
+    gen = torch.Generator().manual_seed(seed)
+    D = d + 1
+    shape = (n_layers, n_heads, 2, D, D) if param == "full" else (n_layers, n_heads, 4)
+    theta = (0.002 / n_layers * torch.randn(shape, generator=gen)).requires_grad_(True)
+    opt = torch.optim.Adam([theta], lr=lr, betas=(0.9, 0.98))
+    losses = []
+    for _ in range(steps):
+        X, y, xq, target = sample(batch_size, d, n, sigma_max, gen)
+        loss = 0.5 * ((reference_forward(param, theta, X, y, xq) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

@@ -1,0 +1,43 @@
+"""Smoke test of ``benchmarks/``: the smallest configuration of every benchmark runs (no timing checks)."""
+
+import math
+
+import pytest
+import torch
+from benchmarks import bench
+from benchmarks.bench import ROOT
+from benchmarks.icl_reference import reference_forward
+
+from attnlab import icl_training as it
+
+
+@pytest.mark.parametrize("param", ["diag", "full"])
+def test_reference_trainer_computes_the_library_model(param):
+    gen = torch.Generator().manual_seed(0)
+    theta = it.init_params(param, 3, 2, (), init_scale=0.3, generator=gen, dtype=torch.float64)
+    data = it.sample_icl(["uniform:1"], 1, 16, generator=gen, dtype=torch.float64)
+    X, y, xq = (data[k][0, 0] for k in ("X", "y", "x_query"))
+    ref = reference_forward(param, theta, X, y, xq)
+    lib = it.forward(param, theta, *it.gram_inputs(X, y, xq))
+    assert torch.allclose(ref, lib, rtol=1e-9, atol=1e-9), float((ref - lib).abs().max())
+
+
+def test_smallest_benchmarks_run(tmp_path):
+    se = bench.bench_state_evolution(n_nodes=2, ref_nodes=4, candidates=(2,), repeats=1, baseline_max_iter=2)
+    assert se["baseline"]["iterations"] == 2 and math.isfinite(se["speedup_same_quadrature"])
+    pd = bench.bench_phase_diagram(n_alpha=2, n_omega=1, n_jobs=1)
+    assert pd["points"] == 2
+    icl = bench.bench_icl(n_layers=1, batch_size=8, steps=1, repeats=1, batched_noise=2)
+    assert set(icl["params"]) == {"diag", "full"} and icl["peak_1thread"] > 0
+    chapter = tmp_path / "c.md"
+    header = (ROOT / "book" / "intro.md").read_text().split("---\n")[1]  # a chapter's jupytext header
+    chapter.write_text(f"---\n{header}---\n\n```{{code-cell}} ipython3\nx = 1 + 1\n```\n")
+    book = bench.bench_book([chapter], timeout=60)
+    assert book["chapters"][0]["ok"]
+    text = bench.render(se, pd, icl, book, quick=True, wall=1.0)
+    assert "Part II" in text and "Total" in text
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb\n")
+    assert (
+        bench.update_readme("new", readme) and "new" in readme.read_text() and "old" not in readme.read_text()
+    )
