@@ -1,10 +1,10 @@
 """Open every built page in headless Chromium and check what a reader sees.
 
 For each page of ``_build/html``: the math is typeset by the local MathJax (no raw TeX left),
-every image loaded, every internal link resolves, no request left 127.0.0.1, and the console
-shows no error. Clicking through the sidebar reaches every chapter of the table of contents, and
-a solution dropdown opens on click. Screenshots of the intro and of the first chapter of each
-part are saved into ``_build/screenshots``.
+every image loaded, every figure has alt text, every internal link resolves, no request left
+127.0.0.1, and the console shows no error. Clicking through the sidebar reaches every chapter of
+the table of contents, and a solution dropdown opens on click. Screenshots of the intro and of
+the first chapter of each part are saved into ``_build/screenshots``.
 
 The browser is Debian's ``chromium`` driven by Python playwright (never ``playwright install``).
 Without it the test skips with a message, except under ``CI=true``, where it fails.
@@ -115,6 +115,9 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )
     links = page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)")
+    no_alt = page.evaluate(
+        "Array.from(document.querySelectorAll('main figure img')).filter(i => !i.alt.trim()).map(i => i.src)"
+    )
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
@@ -128,6 +131,7 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "foreign": foreign,
         "errors": errors,
         "links": internal,
+        "no_alt": no_alt,
     }
 
 
@@ -162,6 +166,8 @@ def test_every_page_renders_offline(server, browser):
             problems.append(f"{rel}: raw TeX left on the page: {seen['raw']}")
         if seen["broken"]:
             problems.append(f"{rel}: images not loaded: {seen['broken']}")
+        if seen["no_alt"]:
+            problems.append(f"{rel}: figures without alt text: {seen['no_alt']}")
         if seen["foreign"]:
             problems.append(f"{rel}: requests to other hosts: {seen['foreign'][:3]}")
         if seen["errors"]:
