@@ -9,7 +9,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlab.validation import check_int
+from attnlab.tasks.icl_regression import build_tokens
+from attnlab.validation import (
+    check_choice,
+    check_finite,
+    check_int,
+    check_real,
+    check_shape,
+    make_generator,
+    resolve_dtype,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Part I (paper A): linear self-attention on one-hot tokens.
@@ -33,7 +42,6 @@ class LinearSelfAttention(nn.Module):
 
     def __init__(self, d: int, *, init_scale: float = 0.1, seed=0, W0=None, v0=None, dtype="float64"):
         # Imported here so that the shared import block of this file stays untouched (merges).
-        from attnlab.validation import check_finite, check_real, check_shape, make_generator, resolve_dtype
 
         super().__init__()
         d = check_int("d", d, minimum=1)
@@ -112,21 +120,19 @@ class TiedLowRankAttention(nn.Module):
     """
 
     def __init__(self, d: int, r: int = 1, *, init="random", seed=0, dtype="float32"):
-        from attnlab import validation as _val_b  # local import keeps this section self-contained
-
         super().__init__()
         self.d = check_int("d", d, minimum=1)
         self.r = check_int("r", r, minimum=1)
-        dtype = _val_b.resolve_dtype(dtype)
+        dtype = resolve_dtype(dtype)
         if not isinstance(init, str):
             Q = torch.as_tensor(init, dtype=dtype)
             if Q.ndim == 1:
                 Q = Q[:, None]
-            _val_b.check_shape("init", Q, (self.d, self.r))
-            _val_b.check_finite("init", Q)
+            check_shape("init", Q, (self.d, self.r))
+            check_finite("init", Q)
             Q = Q.clone()
         elif init == "random":
-            Q = 0.1 * torch.randn(self.d, self.r, generator=_val_b.make_generator(seed), dtype=dtype)
+            Q = 0.1 * torch.randn(self.d, self.r, generator=make_generator(seed), dtype=dtype)
         elif init == "positional":
             Q = torch.full((self.d, self.r), self.d**-0.5, dtype=dtype)
         else:
@@ -158,15 +164,13 @@ class PositionalLinear(nn.Module):
     """
 
     def __init__(self, L: int = 2, *, init="identity", dtype="float32"):
-        from attnlab import validation as _val_b  # local import keeps this section self-contained
-
         super().__init__()
         self.L = check_int("L", L, minimum=1)
-        dtype = _val_b.resolve_dtype(dtype)
+        dtype = resolve_dtype(dtype)
         if not isinstance(init, str):
             B = torch.as_tensor(init, dtype=dtype)
-            _val_b.check_shape("init", B, (self.L, self.L))
-            _val_b.check_finite("init", B)
+            check_shape("init", B, (self.L, self.L))
+            check_finite("init", B)
             B = B.clone()
         elif init == "identity":
             B = torch.eye(self.L, dtype=dtype)
@@ -242,8 +246,6 @@ class LinearTransformer(nn.Module):
         dtype="float32",
     ):
         super().__init__()
-        from attnlab.validation import check_choice, check_real, make_generator, resolve_dtype
-
         self.d = check_int("d", d, minimum=1)
         self.n_layers = check_int("n_layers", n_layers, minimum=1)
         self.n_heads = check_int("n_heads", n_heads, minimum=1)
@@ -360,15 +362,11 @@ class LinearTransformer(nn.Module):
 
     def predict(self, X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
         """``[batch]``: the prediction ``-y_{n+1}`` read from the query token after the last layer."""
-        from attnlab.tasks.icl_regression import build_tokens
-
         Z = build_tokens(X, y, x_query)
         return -self.forward(Z)[:, self.d, -1]
 
     def predictions_by_layer(self, X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
         """``[n_layers+1, batch]``: the readout ``-y_{n+1}`` after 0, 1, ..., L layers."""
-        from attnlab.tasks.icl_regression import build_tokens
-
         states = self.hidden_states(build_tokens(X, y, x_query))
         return -torch.stack([Z[:, self.d, -1] for Z in states])
 
@@ -418,8 +416,6 @@ def gd_construction(
     ``w <- w + eta sum_i (y_i - <w, x_i>) x_i``, GD on ``1/2 sum_i (y_i - <w, x_i>)^2``
     (chapter 01; ``n_layers = 1`` is :func:`one_step_gd`).
     """
-    from attnlab.validation import check_real
-
     eta = check_real("eta", eta)
     model = LinearTransformer(
         d, n_layers, 1, param, diag_mode="omega" if param != "full" else "pq", init_scale=0.0, dtype=dtype
@@ -449,8 +445,6 @@ def gdpp_schedule(n_layers: int, mu: float, nu: float) -> dict:
     ``mu``, ``nu`` (``[L]``, the bounds entering each layer) and ``eps`` (the guaranteed
     relative error ``(nu - mu) / (nu + mu)`` of the last step).
     """
-    from attnlab.validation import check_real
-
     n_layers = check_int("n_layers", n_layers, minimum=1)
     mu = check_real("mu", mu, minimum=0.0, strict_minimum=True)
     nu = check_real("nu", nu, minimum=mu)
