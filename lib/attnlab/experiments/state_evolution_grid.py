@@ -5,6 +5,7 @@ are registered so that the paper-scale grids run from the CLI and the chapter lo
 
     python -m attnlab.experiments run pt_phase_diagram --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_transition_lines --scale paper --out lib/attnlab/results
+    python -m attnlab.experiments run pt_crossing_scan --scale paper --out lib/attnlab/results
 """
 
 from __future__ import annotations
@@ -60,12 +61,15 @@ def pt_phase_diagram(config: dict, device: str) -> list[dict]:
 def _lines_at(omega, sigma, lam, n_nodes, xtol, bracket, n_grid):
     from attnlab.theory import state_evolution as se
 
-    kw = {"n_nodes": n_nodes, "bracket": bracket, "n_grid": n_grid, "xtol": xtol}
+    kw = {"bracket": bracket, "n_grid": n_grid, "xtol": xtol}
     return {
         "omega": float(omega),
-        "alpha_c": se.alpha_c(omega, sigma, lam, **kw),
-        "alpha_l": se.alpha_l(omega, sigma, lam, **kw),
+        "alpha_c": se.alpha_c(omega, sigma, lam, n_nodes=n_nodes, **kw),
+        "alpha_l": se.alpha_l(omega, sigma, lam, n_nodes=n_nodes, **kw),
         "eps_lin": se.eps_lin(omega, sigma),
+        "alpha_c_authors": se.alpha_c(omega, sigma, lam, method="authors", **kw),
+        "alpha_l_authors": se.alpha_l(omega, sigma, lam, method="authors", **kw),
+        "eps_lin_authors": se.eps_lin(omega, sigma, method="authors"),
     }
 
 
@@ -73,42 +77,50 @@ def _lines_at(omega, sigma, lam, n_nodes, xtol, bracket, n_grid):
     "pt_transition_lines",
     book={**_BASE, "omegas": [0.0, 0.2, 0.3], "n_nodes": 8, "xtol": 1e-3, "alpha_low": 0.2,
           "alpha_high": 2.5, "n_grid": 4, "n_jobs": 2},
-    paper={**_BASE, "omegas": [0.0, 0.1, 0.2, 0.3, 0.38, 0.4], "n_nodes": 12, "xtol": 1e-4, "alpha_low": 0.2,
+    paper={**_BASE, "omegas": [0.0, 0.1, 0.2, 0.3, 0.38, 0.4], "n_nodes": 20, "xtol": 1e-4, "alpha_low": 0.2,
            "alpha_high": 2.5, "n_grid": 6, "n_jobs": 2},
-    description="alpha_c(omega) and alpha_l(omega) by root finding (brentq) on the fixed-point solver",
+    description="alpha_c(omega), alpha_l(omega) by root finding: converged, and with the authors' rules",
 )  # fmt: skip
 def pt_transition_lines(config: dict, device: str) -> list[dict]:
-    """One row per ω: α_c (equal training losses) and α_l (semantic ε_g = ε_lin)."""
+    """One row per ω: α_c (equal training losses) and α_l (semantic ε_g = ε_lin), by both methods.
+
+    Columns ``alpha_c``, ``alpha_l``, ``eps_lin``: the converged solver with ``n_nodes``;
+    ``*_authors``: the authors' procedure (``solve_authors``, their ε_lin), same bracket and scan.
+    """
     args = {"sigma": config["sigma"], "lam": config["lam"], "n_nodes": config["n_nodes"],
             "xtol": config["xtol"], "bracket": (config["alpha_low"], config["alpha_high"]),
             "n_grid": config["n_grid"]}  # fmt: skip
     return sweep(_lines_at, [{"omega": float(w), **args} for w in config["omegas"]], n_jobs=config["n_jobs"])
 
 
-def _probe(omega, alpha, sigma, lam, n_nodes):
+def _scan_point(omega, alpha, sigma, lam, n_nodes):
     from attnlab.theory import state_evolution as se
 
-    sol = se.solve_both(alpha, omega, sigma, lam, n_nodes=n_nodes)
-    row = {"omega": float(omega), "alpha": float(alpha), "eps_lin": se.eps_lin(omega, sigma)}
-    for b in ("semantic", "positional"):
-        row |= {f"eps_g_{b}": sol[b].eps_g, f"eps_t_{b}": sol[b].eps_t, f"converged_{b}": sol[b].converged}
+    row = {"omega": float(omega), "alpha": float(alpha)}
+    methods = (("converged", se.solve, {"n_nodes": n_nodes}), ("authors", se.solve_authors, {}))
+    for method, solver, kw in methods:
+        for b in ("semantic", "positional"):
+            sol = solver(alpha, omega, b, sigma, lam, **kw)
+            row |= {f"eps_t_{b}_{method}": sol.eps_t, f"eps_g_{b}_{method}": sol.eps_g,
+                    f"theta_{b}_{method}": sol.theta, f"converged_{b}_{method}": sol.converged}  # fmt: skip
     return row
 
 
 @experiment(
-    "pt_threshold_probes",
-    book={**_BASE, "points": [[0.3, 1.241], [0.3, 1.451]], "n_nodes": 8, "n_jobs": 2},
-    paper={**_BASE, "points": [[0.0, 0.548], [0.1, 0.707], [0.2, 0.928], [0.3, 1.241], [0.4, 1.751],
-                               [0.0, 0.722], [0.1, 0.851], [0.2, 1.071], [0.3, 1.451], [0.38, 1.993]],
-           "n_nodes": 12, "n_jobs": 2},
-    description="both branches at given (omega, alpha) points, e.g. the published thresholds (chapter 4)",
+    "pt_crossing_scan",
+    book={**_BASE, "omegas": [0.0], "alpha_min": 0.4, "alpha_max": 0.8, "n_alpha": 5, "n_nodes": 8,
+          "n_jobs": 2},
+    paper={**_BASE, "omegas": [0.0, 0.1], "alpha_min": 0.35, "alpha_max": 0.95, "n_alpha": 25, "n_nodes": 20,
+           "n_jobs": 2},
+    description="both branches near alpha_c at small omega, converged and with the authors' rules",
 )  # fmt: skip
-def pt_threshold_probes(config: dict, device: str) -> list[dict]:
-    """Both branches' errors and ε_lin at each ``(omega, alpha)`` of ``points``.
+def pt_crossing_scan(config: dict, device: str) -> list[dict]:
+    """Rows (ω, α) with ε_t, ε_g, θ and convergence of both branches, by both methods.
 
-    At paper scale the points are the thresholds tabulated by Cui et al. (2024): how far from a
-    root the published values sit measures how sensitive each threshold is.
+    Chapter 04 uses it to show how the two training errors cross at small ω, where the published
+    α_c and ours differ most.
     """
+    alphas = np.linspace(config["alpha_min"], config["alpha_max"], config["n_alpha"])
     args = {"sigma": config["sigma"], "lam": config["lam"], "n_nodes": config["n_nodes"]}
-    configs = [{"omega": float(w), "alpha": float(a), **args} for w, a in config["points"]]
-    return sweep(_probe, configs, n_jobs=config["n_jobs"])
+    configs = [{"omega": float(w), "alpha": float(a), **args} for w in config["omegas"] for a in alphas]
+    return sweep(_scan_point, configs, n_jobs=config["n_jobs"])
