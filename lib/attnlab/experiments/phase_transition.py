@@ -666,7 +666,7 @@ _THEORY = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.1, "alpha_max
 @experiment(
     "pt_theory",
     book={**_THEORY, "n_alpha": 9, "n_nodes": 12, "xtol": 1e-3, "delta": 0.03},
-    paper={**_THEORY, "n_alpha": 25, "n_nodes": 14, "xtol": 1e-4, "delta": 0.03},
+    paper={**_THEORY, "n_alpha": 25, "n_nodes": 20, "xtol": 1e-4, "delta": 0.03},
     description="theory: both branches vs alpha, eps_lin, alpha_c and alpha_l by root finding (chapter 3)",
 )
 def pt_theory(config: dict, device: str) -> list[dict]:
