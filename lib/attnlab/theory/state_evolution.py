@@ -671,13 +671,18 @@ def solve(
             False,
             n_nodes,
         )
+    return _result(prob, branch, x, hats, prob.phi(x, hats, e_min), it, res, res < tol, n_nodes)
+
+
+def _result(prob, branch, x, hats, phi, iterations, residual, converged, n_nodes, rule="gauss-hermite"):
+    """The FixedPoint at overlaps ``x`` with conjugates ``hats`` and free energy ``phi``."""
     q, m, V, theta = (float(v) for v in x)
     return FixedPoint(
-        alpha=alpha,
-        omega=omega,
+        alpha=prob.alpha,
+        omega=prob.omega,
         branch=branch,
-        sigma=sigma,
-        lam=lam,
+        sigma=prob.sigma,
+        lam=prob.lam,
         q=q,
         m=m,
         V=V,
@@ -687,11 +692,12 @@ def solve(
         V_hat=float(hats[2]),
         theta_hat=float(hats[3]),
         eps_g=float(prob.eps_g(q, m, theta)),
-        eps_t=float(-prob.phi(x, hats, e_min)),
-        iterations=int(it),
-        residual=float(res),
-        converged=bool(res < tol),
+        eps_t=float(-phi),
+        iterations=int(iterations),
+        residual=float(residual),
+        converged=bool(converged),
         n_nodes=n_nodes,
+        rule=rule,
     )
 
 
@@ -712,11 +718,15 @@ def _authors_rules():
     return _AUTHORS_RULES
 
 
-class _AuthorsProblem:
-    """The fixed-point map as the authors evaluate it (fields in (ξ, η), prox from h = 0)."""
+class _AuthorsProblem(_Problem):
+    """The fixed-point map as the authors evaluate it (fields in (ξ, η), prox from h = 0).
+
+    Shares ``overlaps``, ``restrict`` and ``phi`` with :class:`_Problem`; the averages differ.
+    """
 
     def __init__(self, alpha, omega, sigma, lam, A):
-        self.alpha, self.omega, self.lam, self.A = alpha, omega, lam, A
+        self.alpha, self.omega, self.sigma, self.lam, self.A = alpha, omega, sigma, lam, A
+        self.branch = None  # no restriction to an invariant subspace
         self.s2 = self.rho = sigma**2
         self.rules = _authors_rules()
 
@@ -739,11 +749,6 @@ class _AuthorsProblem:
         V_hat = -a * (W @ (g1 * X[0] + g2 * X[1])) / np.sqrt(q) + theta * theta_hat / q
         return a * (W @ (g1**2 + g2**2)), a * (W @ (g1 - g2)), V_hat, theta_hat
 
-    def overlaps(self, q_hat, m_hat, V_hat, theta_hat):
-        D = self.lam + self.s2 * V_hat
-        q = self.s2 * (self.s2 * q_hat + m_hat**2 + self.s2 * self.rho * theta_hat**2) / D**2
-        return np.array([q, m_hat / D, self.s2 / D, self.s2 * self.rho * theta_hat / D])
-
     def eps_g(self, q, m, theta):
         """Their three terms: E Tr[TΣTᵀ] and E Tr[SΣSᵀ] on the 2-D degree-11 rule, the cross term mixed."""
         (p, w), (X, W) = self.rules["two_d"], self.rules["cross"]
@@ -757,19 +762,10 @@ class _AuthorsProblem:
         cross = W @ (T[0] * a + T[1] * (1 - a) + T[2] * (1 - b) + T[3] * b)
         return 0.5 * self.s2 * (teacher + student - 2 * cross)
 
-    def phi(self, x, hats):
-        """Φ (eq-pt-se-phi) with E min on the nested degree-11 rule."""
-        q, m, V, theta = x
-        q_hat, m_hat, V_hat, theta_hat = hats
-        *_, e_min, _ = self._prox(self.rules["phi"][0], q, m, V, theta)
-        D = self.lam + self.s2 * V_hat
-        return (
-            0.5 * (V_hat * q - q_hat * V)
-            - m * m_hat
-            - theta * theta_hat
-            + 0.5 * (self.s2 * q_hat + m_hat**2 + self.s2 * self.rho * theta_hat**2) / D
-            - 0.5 * self.alpha * (self.rules["phi"][1] @ e_min)
-        )
+    def e_min(self, q, m, V, theta):
+        """E min_h {‖h - u‖²/V + ℓ} for Φ (eq-pt-se-phi), on the nested degree-11 rule."""
+        X, W = self.rules["phi"]
+        return W @ self._prox(X, q, m, V, theta)[4]
 
 
 def solve_authors(
@@ -821,29 +817,8 @@ def solve_authors(
             converged = True
             break
         x = damping * x + (1 - damping) * new
-    q, m, V, theta = (float(v) for v in x)
-    return FixedPoint(
-        alpha=alpha,
-        omega=omega,
-        branch=branch,
-        sigma=sigma,
-        lam=lam,
-        q=q,
-        m=m,
-        V=V,
-        theta=theta,
-        q_hat=float(hats[0]),
-        m_hat=float(hats[1]),
-        V_hat=float(hats[2]),
-        theta_hat=float(hats[3]),
-        eps_g=float(prob.eps_g(q, m, theta)),
-        eps_t=float(-prob.phi(x, hats)),
-        iterations=iterations,
-        residual=change,
-        converged=converged,
-        n_nodes=12,
-        rule="authors",
-    )
+    phi = prob.phi(x, hats, prob.e_min(*x))
+    return _result(prob, branch, x, hats, phi, iterations, change, converged, 12, rule="authors")
 
 
 def solve_both(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
