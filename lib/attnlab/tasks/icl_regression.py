@@ -94,6 +94,12 @@ def noise_spec(*, sigma=None, sigma_max=None, sigmas=None, probs=None) -> dict:
     return {"kind": "fixed", "sigma": value}
 
 
+def _sampling_setup(generator, dtype, device):
+    """Checked generator, dtype and output device, and the device the generator draws on."""
+    gen = make_generator(generator)
+    return gen, resolve_dtype(dtype), resolve_device(device), gen.device
+
+
 def sample_sigmas(
     batch_size: int,
     *,
@@ -111,10 +117,7 @@ def sample_sigmas(
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     spec = noise_spec(sigma=sigma, sigma_max=sigma_max, sigmas=sigmas, probs=probs)
-    gen = make_generator(generator)
-    dtype = resolve_dtype(dtype)
-    device = resolve_device(device)
-    gdev = gen.device
+    gen, dtype, device, gdev = _sampling_setup(generator, dtype, device)
     if spec["kind"] == "uniform":
         s = torch.rand(batch_size, generator=gen, dtype=dtype, device=gdev) * spec["sigma_max"]
     elif spec["kind"] == "categorical":
@@ -148,10 +151,7 @@ def sample_regression(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     d = check_int("d", d, minimum=1)
     n = check_int("n", n, minimum=1)
-    gen = make_generator(generator)
-    dtype = resolve_dtype(dtype)
-    device = resolve_device(device)
-    gdev = gen.device
+    gen, dtype, device, gdev = _sampling_setup(generator, dtype, device)
     sig = sample_sigmas(
         batch_size,
         sigma=sigma,
