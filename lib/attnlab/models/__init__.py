@@ -1,0 +1,41 @@
+"""Attention variants as ``torch.nn.Module`` classes, one class per variant, one module per part.
+
+Shapes are written in comments as ``[batch, n_tokens, d]``. Each class documents the chapter that
+introduces it and the equation it implements. Every forward pass of an attention model in the
+library is defined here (and nowhere else):
+
+- :mod:`attnlab.models.linear_attention` — Part I (paper A): one linear self-attention layer on
+  one-hot tokens, and the same layer with a softmax for contrast.
+- :mod:`attnlab.models.softmax_attention` — Part II (paper B): tied low-rank softmax attention
+  and the purely positional linear baseline.
+- :mod:`attnlab.models.linear_transformer` — Part III (paper C): multi-layer linear transformers
+  for in-context regression, and the hand-set GD / GD++ weights.
+"""
+
+from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
+from attnlab.models.linear_transformer import (
+    LT_DIAG_MODES,
+    LT_PARAMS,
+    LinearTransformer,
+    default_init_scale,
+    gd_construction,
+    gdpp_construction,
+    gdpp_schedule,
+    one_step_gd,
+)
+from attnlab.models.softmax_attention import PositionalLinear, TiedLowRankAttention
+
+__all__ = [
+    "LT_DIAG_MODES",
+    "LT_PARAMS",
+    "LinearSelfAttention",
+    "LinearTransformer",
+    "PositionalLinear",
+    "SoftmaxSelfAttention",
+    "TiedLowRankAttention",
+    "default_init_scale",
+    "gd_construction",
+    "gdpp_construction",
+    "gdpp_schedule",
+    "one_step_gd",
+]
