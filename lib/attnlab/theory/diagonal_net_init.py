@@ -128,7 +128,7 @@ def asymptotic_rate_df(delta_k, m_norm) -> float:
 
 
 def column_matrix(m, delta_k) -> np.ndarray:
-    """``A = [[delta/2, m^T], [m, -delta/2 I]]``, the linear part of one column's flow (thm. ``thm-column``)."""
+    """``A = [[delta/2, m^T], [m, -delta/2 I]]``: the linear part of a column's flow (thm. ``thm-column``)."""
     m = np.asarray(m, dtype=float)
     if m.ndim != 1 or m.size == 0:
         raise ValueError(f"m must be a non-empty vector, got shape {list(m.shape)}")
@@ -166,8 +166,9 @@ def column_flow(q0, v0, m, t):
     small = np.abs(x) < 1e-8
     safe = np.where(small, 1.0, L)
     # (e^{2 lam t} - 1) / (2 lam), times e^{-2 top t}, without overflow
-    integral = np.where(small, T * np.exp(-2 * top * T), (np.exp((2 * L - 2 * top) * T) - np.exp(-2 * top * T)) / (2 * safe))
+    integral = np.where(
+        small, T * np.exp(-2 * top * T), (np.exp((2 * L - 2 * top) * T) - np.exp(-2 * top * T)) / (2 * safe)
+    )
     den = np.sqrt(np.exp(-2 * top * t) + integral @ c**2)
     theta = (num @ U.T) / den[:, None]  # [len(t), d + 1]
     return theta[:, 1:], theta[:, 0]
-
