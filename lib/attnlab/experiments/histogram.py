@@ -101,13 +101,17 @@ def hist_sgd(config: dict, device: str) -> list[dict]:
     ]
 
 
-def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5) -> list[dict]:
-    """Plateau length of gradient flow on ``l_df`` vs init scale (chapter 3).
+def plateau_sweep(
+    *, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5, N: int | None = None
+) -> list[dict]:
+    """Plateau length of gradient flow on ``l_df`` (``N=None``) or ``l_tf`` vs init scale (chapter 3).
 
     For each seed a random direction ``(Q~, v~)`` (i.i.d. normal entries) is scaled by every
-    ``scale``; the plateau length is the first time ``l_df`` falls to ``fraction`` of its start.
+    ``scale``; the plateau length is the first time the loss (``l_df``, or the population loss
+    ``l_tf`` of sequences of length ``N``) falls to ``fraction`` of its start.
     """
     d = check_int("d", d, minimum=2)
+    S = None if N is None else th.count_moments(check_int("N", N, minimum=2), d)
     n_seeds = check_int("n_seeds", n_seeds, minimum=1)
     scales = np.asarray(scales, dtype=float)
     for s in scales:
@@ -118,7 +122,7 @@ def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 
         rng = np.random.default_rng(seed)
         Q_dir, v_dir = rng.standard_normal((d, d)), rng.standard_normal(d)
         for s in scales:
-            T = dn.plateau_time(s * Q_dir, s * v_dir, M, fraction=fraction)
+            T = dn.plateau_time(s * Q_dir, s * v_dir, M, fraction=fraction, S=S)
             rows.append({"seed": seed, "scale": float(s), "T": T})
     return rows
 
