@@ -45,9 +45,3 @@ def test_sign_rule_is_exact_for_the_linearised_flow_and_right_on_l_tf_from_small
         assert np.sign(y[0]) == dn.sign_rule(Q0, v0, M, S)[k]
     _, v_inf = dn.limit_point(Q0, v0, M, S=S)
     assert np.array_equal(np.sign(v_inf), dn.sign_rule(Q0, v0, M, S))
-
-
-def test_diagonal_net_init_names_are_the_packages():
-    from attnlab.theory import diagonal_net_init as di
-
-    assert all(getattr(di, name) is getattr(dn, name) for name in di.__all__)

@@ -186,12 +186,12 @@ def test_train_sgd_bad_attention():
 
 def test_plateau_sweep_on_l_tf_has_the_escape_rate_of_the_linearised_flow():
     from attnlab.experiments.histogram import plateau_sweep
-    from attnlab.theory import diagonal_net_init as di
+    from attnlab.theory import diagonal_net as dn
 
     d, N = 3, 4
     rows = plateau_sweep(d=d, task="histogram", scales=[1e-3, 1e-6], n_seeds=1, N=N)
     slope = (rows[1]["T"] - rows[0]["T"]) / np.log(1e6)  # against log(1/sigma^2)
-    c_norm = di.escape_rates(th.histogram_matrix(d), th.count_moments(N, d))
+    c_norm = dn.escape_rates(th.histogram_matrix(d), th.count_moments(N, d))
     assert np.allclose(c_norm, c_norm[0]) and abs(slope * 2 * c_norm[0] - 1) < 0.02
     with pytest.raises(ValueError, match="N"):
         plateau_sweep(d=d, task="histogram", scales=[1e-3], n_seeds=1, N=1)

@@ -18,7 +18,6 @@ from attnlab.experiments import experiment
 from attnlab.models import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
-from attnlab.theory import diagonal_net_init as dni
 from attnlab.train import train
 from attnlab.validation import check_choice, check_int, check_positive
 
@@ -170,7 +169,7 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
             k = int(np.argmin(col_rates))
             predicted = float(col_rates[k])
         else:
-            predicted = dni.asymptotic_rate(*dn.limit_point(Q0, v0, M, S=S), M, S)
+            predicted = dn.asymptotic_rate(*dn.limit_point(Q0, v0, M, S=S), M, S)
         t = np.linspace(0, horizon / predicted, 800)
         if S is None:
             Q, v = dn.gradient_flow(Q0, v0, M, t)
