@@ -182,3 +182,27 @@ def test_train_sgd_bad_attention():
 
     with pytest.raises(ValueError, match="attention"):
         train_sgd(d=3, N=4, attention="relu")
+
+
+def test_plateau_sweep_on_l_tf_has_the_escape_rate_of_the_linearised_flow():
+    from attnlab.experiments.histogram import plateau_sweep
+    from attnlab.theory import diagonal_net as dn
+
+    d, N = 3, 4
+    rows = plateau_sweep(d=d, task="histogram", scales=[1e-3, 1e-6], n_seeds=1, N=N)
+    slope = (rows[1]["T"] - rows[0]["T"]) / np.log(1e6)  # against log(1/sigma^2)
+    c_norm = dn.escape_rates(th.histogram_matrix(d), th.count_moments(N, d))
+    assert np.allclose(c_norm, c_norm[0]) and abs(slope * 2 * c_norm[0] - 1) < 0.02
+    with pytest.raises(ValueError, match="N"):
+        plateau_sweep(d=d, task="histogram", scales=[1e-3], n_seeds=1, N=1)
+
+
+def test_rate_sweep_measures_the_predicted_asymptotic_rate():
+    from attnlab.experiments.histogram import rate_sweep
+
+    rows = rate_sweep(d=3, scales=[0.3, 1.0], seed=1) + rate_sweep(d=3, scales=[0.5], seed=1, N=4)
+    for row in rows:
+        assert abs(row["measured"] / row["predicted"] - 1) < 0.02 and row["t_1e-8"] > 0
+    assert rows[1]["predicted"] < rows[0]["predicted"]  # larger sigma, more negative delta, slower
+    with pytest.raises(ValueError, match="scales"):
+        rate_sweep(d=3, scales=[-1.0])

@@ -21,7 +21,7 @@ from attnlab.theory import diagonal_net as dn
 from attnlab.train import train
 from attnlab.validation import check_choice, check_int, check_positive
 
-__all__ = ["sequence_loss", "train_sgd", "hist_sgd", "hist_plateau", "plateau_sweep"]
+__all__ = ["sequence_loss", "train_sgd", "hist_sgd", "hist_plateau", "plateau_sweep", "rate_sweep"]
 
 
 def sequence_loss(model, X, y):
@@ -101,13 +101,17 @@ def hist_sgd(config: dict, device: str) -> list[dict]:
     ]
 
 
-def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5) -> list[dict]:
-    """Plateau length of gradient flow on ``l_df`` vs init scale (chapter 3).
+def plateau_sweep(
+    *, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5, N: int | None = None
+) -> list[dict]:
+    """Plateau length of gradient flow on ``l_df`` (``N=None``) or ``l_tf`` vs init scale (chapter 3).
 
     For each seed a random direction ``(Q~, v~)`` (i.i.d. normal entries) is scaled by every
-    ``scale``; the plateau length is the first time ``l_df`` falls to ``fraction`` of its start.
+    ``scale``; the plateau length is the first time the loss (``l_df``, or the population loss
+    ``l_tf`` of sequences of length ``N``) falls to ``fraction`` of its start.
     """
     d = check_int("d", d, minimum=2)
+    S = None if N is None else th.count_moments(check_int("N", N, minimum=2), d)
     n_seeds = check_int("n_seeds", n_seeds, minimum=1)
     scales = np.asarray(scales, dtype=float)
     for s in scales:
@@ -118,7 +122,7 @@ def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 
         rng = np.random.default_rng(seed)
         Q_dir, v_dir = rng.standard_normal((d, d)), rng.standard_normal(d)
         for s in scales:
-            T = dn.plateau_time(s * Q_dir, s * v_dir, M, fraction=fraction)
+            T = dn.plateau_time(s * Q_dir, s * v_dir, M, fraction=fraction, S=S)
             rows.append({"seed": seed, "scale": float(s), "T": T})
     return rows
 
@@ -131,3 +135,62 @@ def plateau_sweep(*, d: int, task: str, scales, n_seeds: int, fraction: float = 
 )
 def hist_plateau(config: dict, device: str) -> list[dict]:
     return plateau_sweep(**config)
+
+
+def _decay_rate(t, L, lo: float, hi: float) -> float:
+    """Minus the slope of ``log L`` fitted where ``lo < L < hi`` (NaN if fewer than 5 points)."""
+    sel = (L > lo) & (L < hi)
+    return float(-np.polyfit(t[sel], np.log(L[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
+
+
+def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: float = 40.0) -> list[dict]:
+    """Asymptotic rate of the loss against the init scale ``sigma``, predicted and measured (chapter 3).
+
+    For each ``sigma`` the start is ``sigma * N(0, 1)`` entries (one draw from ``seed``), the task
+    the histogram. ``l_df`` (``N=None``): predicted ``2 min_k v_k(inf)^2`` from the initial
+    ``delta_k``; measured by fitting the decay of the slowest column's loss ``1/2 ||e_k||^2``
+    between 1e-16 and 1e-9. ``l_tf``: predicted from the Hessian at the limit point; measured on
+    the whole loss. The flow runs to ``horizon / predicted``. Each row also has the rate for the
+    mean ``delta_k = -(d - 1) sigma^2`` (``l_df`` only) and the time at which the loss first falls below 1e-8.
+    """
+    d = check_int("d", d, minimum=2)
+    horizon = check_positive("horizon", horizon)
+    M = th.histogram_matrix(d)
+    S = None if N is None else th.count_moments(check_int("N", N, minimum=2), d)
+    rows = []
+    for sigma in np.asarray(scales, dtype=float):
+        sigma = check_positive("scales", float(sigma))
+        rng = np.random.default_rng(seed)
+        Q0, v0 = sigma * rng.standard_normal((d, d)), sigma * rng.standard_normal(d)
+        dk = dn.delta(Q0, v0)
+        mean_delta = -(d - 1) * sigma**2
+        if S is None:
+            col_rates = dk + np.sqrt(dk**2 + 4)  # 2 v_k(inf)^2, ||m_k|| = 1
+            k = int(np.argmin(col_rates))
+            predicted = float(col_rates[k])
+        else:
+            predicted = dn.asymptotic_rate(*dn.limit_point(Q0, v0, M, S=S), M, S)
+        t = np.linspace(0, horizon / predicted, 800)
+        if S is None:
+            Q, v = dn.gradient_flow(Q0, v0, M, t)
+            L = dn.l_df(Q, v, M)
+            measured = _decay_rate(
+                t, 0.5 * np.sum((Q[:, :, k] * v[:, k : k + 1] - M[:, k]) ** 2, axis=1), 1e-16, 1e-9
+            )
+        else:
+            Q, v = dn.gradient_flow_tf(Q0, v0, M, t, S)
+            L = dn.l_tf(Q, v, M, S)
+            measured = _decay_rate(t, L, 1e-16, 1e-9)
+        below = np.flatnonzero(L < 1e-8)
+        rows.append(
+            {
+                "d": d,
+                "loss": "l_df" if S is None else "l_tf",
+                "sigma": sigma,
+                "predicted": predicted,
+                "measured": measured,
+                "mean_delta_rate": float(mean_delta + np.sqrt(mean_delta**2 + 4)) if S is None else np.nan,
+                "t_1e-8": float(t[below[0]]) if below.size else float("nan"),
+            }
+        )
+    return rows

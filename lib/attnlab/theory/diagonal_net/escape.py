@@ -1,0 +1,46 @@
+"""Escape of the diagonal network from a small initialisation (chapter 3).
+
+From the flow linearised at the origin: column ``k`` grows along ``c_k = -dl/dp_k (P = 0)`` at
+rate ``||c_k||`` and ``v_k`` takes the sign of ``c_hat_k . q_k(0) + v_k(0)``
+(prop. ``prop-sign-rule``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
+
+__all__ = ["escape_matrix", "escape_rates", "sign_rule"]
+
+
+def escape_matrix(M, S=None) -> np.ndarray:
+    """``C`` with columns ``c_k = -dl/dp_k`` at ``P = Q Diag(v) = 0``: ``[d, d]``.
+
+    For ``l_df`` (``S=None``) ``C = M``; for ``l_tf`` ``c_k[a] = sum_b S_a[k, b] M[a, b]``. Near
+    the origin ``l = l(0) - sum_k v_k c_k . q_k + O(|theta|^4)``.
+    """
+    M = as_M(M)
+    if S is None:
+        return M.copy()
+    S = as_S(S, M.shape[0])
+    return np.einsum("akb,ab->ak", S, M)
+
+
+def escape_rates(M, S=None) -> np.ndarray:
+    """``||c_k||``: the rate at which ``r_k = c_hat_k . q_k + v_k`` grows near the origin: ``[d]``."""
+    return np.linalg.norm(escape_matrix(M, S), axis=0)
+
+
+def sign_rule(Q0, v0, M, S=None) -> np.ndarray:
+    """The predicted signs of ``v_k(inf)`` from a small start: ``sign(c_hat_k . q_k(0) + v_k(0))``.
+
+    Exact for the flow linearised at the origin (``r_k`` grows, ``c_hat_k . q_k - v_k`` decays);
+    for the full flow a prediction that the chapter tests. Columns with ``c_k = 0`` get ``0``.
+    """
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    C = escape_matrix(M, S)
+    norms = np.linalg.norm(C, axis=0)
+    r = np.sum(Q0 * C, axis=0) / np.where(norms > 0, norms, 1.0) + v0
+    return np.where(norms > 0, np.sign(r), 0.0)

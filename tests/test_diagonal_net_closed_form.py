@@ -1,0 +1,70 @@
+"""Tests of attnlab.theory.diagonal_net.closed_form: the r-s (Riccati) closed form, the column closed form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.tasks import histogram as th
+from attnlab.theory import diagonal_net as dn
+
+d = 4
+
+
+def test_closed_form_and_gradient_descent_follow_the_flow():
+    M = th.task_matrix("next_letter", d)
+    rng = np.random.default_rng(5)
+    a0, v0 = 0.05 * rng.standard_normal(d), 0.05 * rng.standard_normal(d)
+    Q0 = M * a0  # column k is a0[k] m_k
+    t = np.linspace(0, 12, 61)
+    Qt, vt = dn.gradient_flow(Q0, v0, M, t)
+    Qc, vc = dn.closed_form_flow(Q0, v0, M, t)
+    assert max(np.abs(Qt - Qc).max(), np.abs(vt - vc).max()) < 1e-8
+    steps, Qg, vg = dn.gradient_descent(Q0, v0, M, lr=1e-3, steps=12000, record_every=200)
+    assert steps[-1] == 12000 and Qg.shape == (61, d, d)
+    assert np.abs(Qg - Qt).max() < 1e-2  # GD with a small step follows the flow (O(lr))
+
+
+def test_riccati_solution_solves_its_ode():
+    z0, dk, m = 0.3, -0.2, 1.5
+    t = np.linspace(0, 6, 6001)
+    z = dn.riccati_z(z0, dk, m, t)
+    dz = np.gradient(z, t, edge_order=2)
+    assert np.abs(dz - (-(z**2) / 2 + 2 * m * z + dk**2 / 2)).max() < 1e-4
+    assert abs(z[-1] - (2 * m + dn.gamma(dk, m))) < 1e-3
+    # the stable manifold of the saddle at 0: a0 + v0 = 0 flows into the origin
+    a, v = dn.rs_solution(0.4, -0.4, m, t)
+    Qt, vt = dn.gradient_flow(np.array([[0.4]]), np.array([-0.4]), np.array([[m]]), t[::600])
+    assert np.abs(a[::600] - Qt[:, 0, 0]).max() < 1e-8 and np.abs(v[::600] - vt[:, 0]).max() < 1e-8
+
+
+def test_column_flow_matches_integration_with_an_orthogonal_part():
+    rng = np.random.default_rng(3)
+    M = th.class_matrix([0, 1, 1, 2])
+    q0s, v0s = rng.standard_normal((d, d)), rng.standard_normal(d)  # O(1), q_perp != 0, unbalanced
+    t = np.linspace(0, 40, 81)
+    Q_num, v_num = dn.gradient_flow(q0s, v0s, M, t)
+    for k in range(d):
+        q_t, v_t = dn.column_flow(q0s[:, k], v0s[k], M[:, k], t)
+        assert np.abs(q_t - Q_num[:, :, k]).max() < 1e-7 and np.abs(v_t - v_num[:, k]).max() < 1e-7
+
+
+def test_column_flow_with_zero_delta_and_validation():
+    q_t, v_t = dn.column_flow(np.array([0.3, 0.4]), 0.5, np.array([1.0, 0.0]), np.array([0.0, 1.0]))
+    assert np.allclose(q_t[0], [0.3, 0.4]) and v_t[0] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="q0"):
+        dn.column_flow(np.zeros(3), 0.1, np.ones(2), [0.0])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: dn.closed_form_flow(np.ones((3, 3)), np.ones(3), np.eye(3), [1.0]), "Q0"),
+        (lambda: dn.riccati_z(-1.0, 0.0, 1.0, [1.0]), "z0"),
+        (lambda: dn.riccati_z(1.0, 0.0, 0.0, [1.0]), "m_norm"),
+        (lambda: dn.rs_solution(1.0, -1.0, -1.0, [1.0]), "m_norm"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,92 @@
+"""Tests of attnlab.theory.diagonal_net.rates: the exponential bounds, the Hessian and the asymptotic rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.tasks import histogram as th
+from attnlab.theory import diagonal_net as dn
+
+d, N = 4, 5
+
+
+def rand_point(scale, seed, size=d):
+    rng = np.random.default_rng(seed)
+    return scale * rng.standard_normal((size, size)), scale * rng.standard_normal(size)
+
+
+def flat_grad(Q, v, M, S):
+    gQ, gv = dn.grad_df(Q, v, M) if S is None else dn.grad_tf(Q, v, M, S)
+    return np.concatenate([gQ.ravel(), gv])
+
+
+def test_exponential_bounds_hold_along_trajectories():
+    M = th.task_matrix("histogram", d)
+    S = th.count_moments(N, d)
+    Q0, v0 = rand_point(0.5, 6)
+    t = np.linspace(0, 40, 401)
+    Qt, vt = dn.gradient_flow(Q0, v0, M, t)
+    L = dn.l_df(Qt, vt, M)
+    i = int(np.argmax(L < 0.25))
+    assert L[i] < 0.25 and L[-1] < 1e-8
+    B = dn.exponential_bound_df(Qt[i], vt[i], M, t[i:] - t[i])
+    assert np.all(L[i:] <= B * (1 + 1e-8) + 1e-20)
+    t = np.linspace(0, 20, 401)
+    Qt, vt = dn.gradient_flow_tf(Q0, v0, M, t, S)
+    L = dn.l_tf(Qt, vt, M, S)
+    lam = dn.moment_spectrum(S)[:, 0].min()
+    i = int(np.argmax(L < lam / 4))
+    assert L[i] < lam / 4 and L[-1] < 1e-8
+    B = dn.exponential_bound_tf(Qt[i], vt[i], M, S, t[i:] - t[i])
+    assert np.all(L[i:] <= B * (1 + 1e-8) + 1e-20)
+
+
+@pytest.mark.parametrize("with_S", [False, True])
+def test_hessian_matches_finite_differences_of_the_gradient(with_S):
+    M = th.task_matrix("histogram+next_letter", d)
+    S = th.count_moments(N, d) if with_S else None
+    rng = np.random.default_rng(0)
+    Q, v = rng.standard_normal((d, d)), rng.standard_normal(d)  # generic point, not a minimum
+    x, eps = np.concatenate([Q.ravel(), v]), 1e-6
+    cols = []
+    for e in np.eye(x.size):
+        xp, xm = x + eps * e, x - eps * e
+        cols.append(
+            (
+                flat_grad(xp[: d * d].reshape(d, d), xp[d * d :], M, S)
+                - flat_grad(xm[: d * d].reshape(d, d), xm[d * d :], M, S)
+            )
+            / (2 * eps)
+        )
+    H = dn.hessian(Q, v, M, S)
+    assert np.abs(H - np.array(cols)).max() < 1e-7 * np.abs(H).max()
+
+
+def test_asymptotic_rate_closed_form_equals_the_hessian_and_the_measured_decay():
+    M = th.class_matrix([0, 1, 1, 2])
+    rng = np.random.default_rng(2)
+    Q0, v0 = 0.8 * rng.standard_normal((d, d)), 0.8 * rng.standard_normal(d)
+    Q_inf, v_inf = dn.limit_point(Q0, v0, M)
+    predicted = dn.asymptotic_rate_df(dn.delta(Q0, v0), np.linalg.norm(M, axis=0))
+    assert abs(dn.asymptotic_rate(Q_inf, v_inf, M) - predicted) < 1e-9
+    t = np.linspace(0, 60, 601)
+    Q_t, v_t = dn.gradient_flow(Q0, v0, M, t)
+    L = dn.l_df(Q_t, v_t, M)
+    sel = (L < 1e-10) & (L > 1e-20)
+    measured = -np.polyfit(t[sel], np.log(L[sel]), 1)[0]
+    assert abs(measured / predicted - 1) < 0.02
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: dn.bound_rate_df(np.zeros((3, 3)), np.zeros(3), np.eye(3)), "Q, v"),
+        (lambda: dn.bound_rate_tf(np.zeros((3, 3)), np.zeros(3), np.eye(3), 5), "Q, v"),
+        (lambda: dn.bound_rate_tf(np.eye(3), np.ones(3), np.eye(3), 1), "S"),
+        (lambda: dn.asymptotic_rate(np.eye(2), np.zeros(2), np.eye(2)), "minimum"),
+    ],
+)
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
