@@ -657,7 +657,7 @@ def pt_correlated(config: dict, device: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Theory curves (the solver of attnlab.theory.state_evolution) for chapter 3
+# Theory curves (the solver of attnlab.theory.phase_transition) for chapter 3
 # ---------------------------------------------------------------------------------------------
 
 _THEORY = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.1, "alpha_max": 2.5}
@@ -675,10 +675,10 @@ def pt_theory(config: dict, device: str) -> list[dict]:
     and rows ``kind="bracket"``: both branches solved at ``alpha_c -+ delta`` and ``alpha_l -+ delta``
     (``name``, ``side`` below/above), so that a reader can check that the roots are roots.
 
-    The transitions are roots (``brentq`` inside :func:`~attnlab.theory.state_evolution.alpha_c`
+    The transitions are roots (``brentq`` inside :func:`~attnlab.theory.phase_transition.alpha_c`
     and ``alpha_l``), bracketed by the sign changes found on the curve's grid.
     """
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     omega, sigma, lam = config["omega"], config["sigma"], config["lam"]
     kw = {"n_nodes": config["n_nodes"]}

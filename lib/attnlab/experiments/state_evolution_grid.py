@@ -1,6 +1,6 @@
 """Theory grids over (α, ω) for Part II, chapter 04 (the phase diagram).
 
-Both experiments only call the fixed-point solver :mod:`attnlab.theory.state_evolution`; they
+Both experiments only call the fixed-point solver :mod:`attnlab.theory.phase_transition`; they
 are registered so that the paper-scale grids run from the CLI and the chapter loads a small CSV::
 
     python -m attnlab.experiments run pt_phase_diagram --scale paper --out lib/attnlab/results
@@ -19,7 +19,7 @@ _BASE = {"sigma": 0.5, "lam": 0.01}
 
 def _grid_column(omega, alphas, sigma, lam, n_nodes, tol):
     """Both branches at every α of one ω column, plus ε_lin(ω)."""
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     lin = se.eps_lin(omega, sigma)
     rows = []
@@ -59,7 +59,7 @@ def pt_phase_diagram(config: dict, device: str) -> list[dict]:
 
 
 def _lines_at(omega, sigma, lam, n_nodes, xtol, bracket, n_grid):
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     kw = {"bracket": bracket, "n_grid": n_grid, "xtol": xtol}
     return {
@@ -94,7 +94,7 @@ def pt_transition_lines(config: dict, device: str) -> list[dict]:
 
 
 def _scan_point(omega, alpha, sigma, lam, n_nodes):
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     row = {"omega": float(omega), "alpha": float(alpha)}
     methods = (("converged", se.solve, {"n_nodes": n_nodes}), ("authors", se.solve_authors, {}))
