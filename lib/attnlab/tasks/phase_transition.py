@@ -1,4 +1,4 @@
-"""The positional/semantic task of Part II (paper B, Cui et al. 2024).
+"""The positional/semantic task of Part II (pt = phase transition; paper B, Cui et al. 2024).
 
 Chapter ``book/phase-transition/01-model``. Two tokens ``x_l = p_l + z_l`` in ``R^d``
 (``l = 1, 2``) with positional encodings ``p_1 = -p_2 = 1_d / sqrt(d)`` and content

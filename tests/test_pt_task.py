@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.experiments import phase_transition as pt
+from attnlab.experiments.phase_transition import engine as pt
+from attnlab.experiments.phase_transition.histogram import histogram_data
 from attnlab.models import PositionalLinear, TiedLowRankAttention
-from attnlab.tasks import positional_semantic as ps
+from attnlab.tasks import phase_transition as ps
 
 # --- the task -----------------------------------------------------------------------------------
 
@@ -329,7 +330,7 @@ def test_error_from_overlaps_matches_monte_carlo():
 
 
 def test_histogram_data_counts():
-    x, y = pt.histogram_data(50, 10, 15, torch.Generator().manual_seed(0))
+    x, y = histogram_data(50, 10, 15, torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (50, 10)
     for i in range(5):
         seq = x[i].tolist()
