@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attnlab.optim import Adam
+from attnlab.train import lr_factor
 from attnlab.validation import (
     check_choice,
     check_int,
@@ -390,41 +392,6 @@ def num_threads_scope(n: int | None):
         torch.set_num_threads(previous)
 
 
-class _Adam:
-    """Adam (Kingma & Ba) without weight decay, the update of ``torch.optim.Adam``.
-
-    Written out because ``torch.optim`` imports ``torch._dynamo`` on its first step, which costs
-    seconds in every fresh kernel; the arithmetic follows torch's single-tensor implementation.
-    """
-
-    def __init__(self, params, lrs, betas, eps=1e-8):
-        self.params, self.lrs, self.betas, self.eps, self.t = params, lrs, tuple(betas), eps, 0
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
-
-    @torch.no_grad()
-    def step(self, factor: float = 1.0):
-        self.t += 1
-        b1, b2 = self.betas
-        bc1, bc2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v, lr in zip(self.params, self.m, self.v, self.lrs, strict=True):
-            if p.grad is None:
-                continue
-            m.lerp_(p.grad, 1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad.conj(), value=1 - b2)
-            denom = (v.sqrt() / math.sqrt(bc2)).add_(self.eps)
-            p.addcdiv_(m, denom, value=-(lr * factor) / bc1)
-
-
-def _lr_factor(schedule: str, step: int, steps: int) -> float:
-    if schedule == "constant":
-        return 1.0
-    warm = max(1, steps // 10)
-    if step < warm:  # linear warm-up over the first 10% of the steps, then a cosine to zero
-        return (step + 1) / warm
-    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
-
-
 def train_icl(
     params: Sequence[str] = ("diag",),
     depths: Sequence[int] = (1,),
@@ -542,7 +509,7 @@ def _train_icl(
             ]
             thetas[(p, L)] = torch.stack(per_seed, dim=1).requires_grad_(True)  # [S, R, L, H, ...]
     keys = list(thetas)
-    adam = _Adam([thetas[k] for k in keys], [lrs[k[0]] for k in keys], betas)
+    adam = Adam([{"params": [thetas[k]], "lr": lrs[k[0]]} for k in keys], betas=betas)
     data_gens = [make_generator(10_000 + data_seed * 1000 + s, device=dev) for s in seeds]
     alive = {k: torch.ones((S, R), dtype=torch.bool, device=dev) for k in keys}
 
@@ -557,7 +524,7 @@ def _train_icl(
         }
         G, e_t = gram_inputs(data["X"], data["y"], data["x_query"])  # [S, R, B, D, D], [S, R, B, D]
         spec = spectral_inputs(G, e_t) if "gdpp" in params else None
-        factor = _lr_factor(lr_schedule, step - 1, steps)
+        factor = lr_factor(lr_schedule, step - 1, steps)
         for k in keys:
             thetas[k].grad = None
         total = 0.0

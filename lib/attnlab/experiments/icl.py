@@ -26,6 +26,8 @@ import torch
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment
+from attnlab.optim import Adam
+from attnlab.train import lr_factor
 
 TABLE1_NOISE = [f"uniform:{s}" for s in range(8)] + ["categorical:1,3", "categorical:1,3,5"]
 
@@ -453,7 +455,10 @@ def icl_decay(config: dict, device: str) -> list[dict]:
         logit0.append(30.0 if gam is None else float(np.log(gam / (1 - gam))))
     logit = torch.tensor(logit0).repeat_interleave(R)[:, None].repeat(1, L).clone().requires_grad_(True)
     learn = torch.tensor([v == "learned" for v in variants]).repeat_interleave(R)
-    adam = it._Adam([theta, logit], [config["lr"], config["lr_gamma"]], (0.9, 0.98))
+    adam = Adam(
+        [{"params": [theta], "lr": config["lr"]}, {"params": [logit], "lr": config["lr_gamma"]}],
+        betas=(0.9, 0.98),
+    )
     data_gen = torch.Generator().manual_seed(1)
     with it.num_threads_scope(1):
         for step in range(config["steps"]):
@@ -464,7 +469,7 @@ def icl_decay(config: dict, device: str) -> list[dict]:
             theta.grad, logit.grad = None, None
             loss.backward()
             logit.grad[~learn] = 0.0  # fixed decays stay fixed
-            adam.step(it._lr_factor("cosine", step, config["steps"]))
+            adam.step(lr_factor("cosine", step, config["steps"]))
         data = _common_data(config["n_eval"], d, n, config["eval_seed"])
         sigma = _sigma(config["noise"], data["u"])
         y = _labels(data, sigma)
