@@ -95,12 +95,12 @@ def test_fit_positional_linear_recovers_a_positional_target():
         ps.fit_positional_linear(z, y, lam=-1.0)
 
 
-def test_check_overlaps_exercise():
-    assert ps.check_overlaps({"positional": (0, 0), "semantic": (0, 0.25)}) == "correct"
+def test_verify_overlaps_exercise():
+    assert ps.verify_overlaps({"positional": (0, 0), "semantic": (0, 0.25)}) == "correct"
     with pytest.raises(ValueError, match="semantic"):
-        ps.check_overlaps({"positional": (0, 0), "semantic": (0, 1.0)})
+        ps.verify_overlaps({"positional": (0, 0), "semantic": (0, 1.0)})
     with pytest.raises(ValueError, match="answer"):
-        ps.check_overlaps({"semantic": (0, 0.25)})
+        ps.verify_overlaps({"semantic": (0, 0.25)})
 
 
 def test_error_from_overlaps():

@@ -15,7 +15,7 @@ per-run losses).
 **Two forms of the same model** (for ``L = 2`` tokens, the setting of the paper):
 
 * the *token form* :meth:`~TiedLowRankAttention.forward`, ``softmax_row(x Q Q^T x^T / d) x``, the
-  equation of the chapters (eq-pt-model);
+  equation of the chapters (chapter 01, eq-pt-student);
 * the *fast form* :meth:`~TiedLowRankAttention.risk` on a training set reduced once by
   :meth:`~TiedLowRankAttention.reduce`. For ``L = 2`` a row softmax is a sigmoid,
   ``S = [[a, 1 - a], [1 - b, b]]``, and ``||S x - y||^2 / d = Tr(S G S^T) - 2 Tr(S P) + c`` with
