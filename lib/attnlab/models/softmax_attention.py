@@ -303,7 +303,9 @@ class TiedLowRankAttentionWithValue(TiedLowRankAttention):
         self.W = nn.Parameter(W.clone())  # [*runs, d, d]
 
     def _value(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ (self.W.unsqueeze(-3) if self.runs else self.W)
+        if not self.runs:
+            return x @ self.W
+        return torch.einsum("...nld,...de->...nle", x, self.W)  # no copy of W per sample
 
     def sample_risks(self, data: TwoTokenData, *, fast: bool = True) -> torch.Tensor:
         """Per-sample ``||S x W - y||^2 / (2d)`` (times the sample weights), ``[*runs, n]``."""
