@@ -34,7 +34,7 @@ def tokens(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Ten
 
 
 def reference_forward(param: str, theta: torch.Tensor, X, y, x_query) -> torch.Tensor:
-    """Prediction ``[B]`` of one model ``theta [L, H, ...]`` (the layout of ``attnlab.icl_training``)."""
+    """Prediction ``[B]`` of one model ``theta [L, H, ...]`` (``LinearTransformer.packed_weights``)."""
     Z = tokens(X, y, x_query)  # [B, D, n+1]
     D, N = Z.shape[1], Z.shape[2]
     M = torch.eye(N, dtype=Z.dtype, device=Z.device)

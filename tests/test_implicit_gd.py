@@ -21,7 +21,7 @@ D, N = 4, 9
 
 @pytest.fixture
 def batch():
-    return sample_regression(12, d=D, n=N, sigma_max=2.0, generator=5, dtype="float64")
+    return sample_regression(12, d=D, n=N, noise="uniform:2", generator=5, dtype="float64")
 
 
 def rel(a, b):
