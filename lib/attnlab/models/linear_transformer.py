@@ -5,7 +5,7 @@ One class, :class:`LinearTransformer`, holds the weights of one model or of a ba
 function in three forms, tested equal in float64:
 
 - the **token form** (:meth:`~LinearTransformer.forward`, :meth:`~LinearTransformer.predict`),
-  the layer as the chapters write it (chapter 01, eq. ``eq-layer``)::
+  the layer as the chapters write it (chapter 01, eq. ``eq-lt-layer``)::
 
       Z <- Z + sum_k P_k (Z M Z^T) Q_k Z,    M = diag(1, ..., 1, 0);
 
@@ -69,7 +69,7 @@ class Full:
 class _Diagonal:
     """DIAG-type: ``K = Omega ∘ S`` with the block-constant ``Omega = [[w_xx, w_xy], [w_yx, w_yy]]``.
 
-    (chapter 02, eq. ``eq-diag``). GD++ (``param="gdpp"``) masks ``omega_xy = omega_yy = 0``.
+    (chapter 02, eq. ``eq-diag-layer``). GD++ (``param="gdpp"``) masks ``omega_xy = omega_yy = 0``.
     """
 
     def __init__(self, param):
