@@ -7,6 +7,7 @@ from attnlab.models import (
     PARAMETERISATIONS,
     DecayedLinearTransformer,
     LinearTransformer,
+    fast_inputs,
     gd_construction,
     gdpp_construction,
     gdpp_schedule,
@@ -178,6 +179,12 @@ def test_bad_call_input(batch):
         full.predict(batch.X, batch.y, batch.x_query[:, :2])
     with pytest.raises(ValueError, match="dtype"):
         full.predict(batch.X.float(), batch.y.float(), batch.x_query.float())
+    with pytest.raises(ValueError, match="forms"):
+        fast_inputs(batch.X, batch.y, batch.x_query, {"tokens"})
+    with pytest.raises(ValueError, match="'gram' form"):
+        full.predict_from(fast_inputs(batch.X, batch.y, batch.x_query, {"spectral"}))
+    with pytest.raises(ValueError, match="spectral form needs param='gdpp'"):
+        full.spectral_forward(*fast_inputs(batch.X, batch.y, batch.x_query, {"spectral"})["spectral"])
     with pytest.raises(ValueError, match="eta"):
         one_step_gd(D, float("nan"))
     with pytest.raises(ValueError, match="nu"):

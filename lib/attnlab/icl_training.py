@@ -3,11 +3,11 @@
 The paper trains one model per (parameterization, depth, noise distribution, seed); that is
 hundreds of tiny models. :func:`train_icl` builds, for every (parameterization, depth), one
 :class:`attnlab.models.LinearTransformer` holding the models of every noise setting and seed
-(``batch_shape = (S, R)``) and trains it with the library's loop, :func:`attnlab.train.train`, on
-per-model losses: every model gets the gradient of its own loss and Adam (an elementwise update)
-treats the models exactly as if they were trained one by one. The forward pass is the model's
-fast exact form (:meth:`~attnlab.models.LinearTransformer.predict_fast`: Gram form, spectral for
-GD++).
+(``batch_shape = (S, R)``) and trains them all with the library's loop,
+:func:`attnlab.train.train`, on per-model losses: every model gets the gradient of its own loss
+and Adam (an elementwise update) treats the models exactly as if they were trained one by one.
+The forward pass is each model's fast exact form (Gram form, spectral for GD++), whose inputs are
+computed once per step for all of them (:func:`attnlab.models.fast_inputs`).
 
 Data: every step draws fresh sequences for every (noise setting, seed) from the seed's own
 stream (:func:`attnlab.tasks.icl_regression.sample_regression`), and every (parameterization,
@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
-from attnlab.models import LT_PARAMS, LinearTransformer
+from attnlab.models import LT_PARAMS, LinearTransformer, fast_inputs
 from attnlab.tasks.icl_regression import Noise, sample_regression
 from attnlab.train import train
 from attnlab.validation import (
@@ -118,6 +119,12 @@ def fast_half_mse_loss(model, X, y, x_query, target, *rest):
     return 0.5 * ((model.predict_fast(X, y, x_query) - target) ** 2).mean(-1)
 
 
+def _group_losses(models, X, y, x_query, target, *rest):
+    """``{name: per-model ½·MSE [S, R]}`` for every batched model, sharing the data's fast inputs."""
+    inputs = fast_inputs(X, y, x_query, {m.fast_form for m in models.values()})
+    return {k: 0.5 * ((m.predict_from(inputs) - target) ** 2).mean(-1) for k, m in models.items()}
+
+
 def _sampler(noise, seeds, data_seed, d, n, device, dtype):
     """A sampler for :func:`attnlab.train.train` with its own data stream per seed: ``[S, R, B, ...]``."""
     gens = [make_generator(10_000 + data_seed * 1000 + s, device=device) for s in seeds]
@@ -197,40 +204,30 @@ def train_icl(
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     S, R = len(noise), len(seeds)
 
-    result = TrainedICL(noise=noise, seeds=seeds, steps=np.zeros(0, dtype=int))
+    models = nn.ModuleDict(
+        {
+            f"{p}_{L}": LinearTransformer(
+                d, L, n_heads, p, diag_mode=diag_mode, batch_shape=(S, R), init_scale=init_scale,
+                seed=[1000 * s + 7 * L + _INIT_SEED_OFFSET[p] for s in seeds], dtype=dt, device=dev,
+            )
+            for p in params
+            for L in depths
+        }
+    )  # fmt: skip
+    param_lr = {f"{k}.{name}": lrs[m.param] for k, m in models.items() for name, _ in m.named_parameters()}
     with num_threads_scope(num_threads):
-        for p in params:
-            for L in depths:
-                model = LinearTransformer(
-                    d,
-                    L,
-                    n_heads,
-                    p,
-                    diag_mode=diag_mode,
-                    batch_shape=(S, R),
-                    init_scale=init_scale,
-                    seed=[1000 * s + 7 * L + _INIT_SEED_OFFSET[p] for s in seeds],
-                    dtype=dt,
-                    device=dev,
-                )
-                hist = train(
-                    model,
-                    fast_half_mse_loss,
-                    _sampler(settings, seeds, data_seed, d, n, dev, dt),
-                    optimizer="adam",
-                    lr=lrs[p],
-                    steps=steps,
-                    batch_size=batch_size,
-                    betas=betas,
-                    lr_schedule=lr_schedule,
-                    device=dev,
-                    dtype=dt,
-                    record_every=record_every,
-                    record="mean",
-                )
-                loss = np.moveaxis(hist.as_arrays()["loss"], 0, -1)  # [S, R, T]
-                result.groups[(p, L)] = TrainedGroup(p, L, model.requires_grad_(False), loss, hist.diverged)
-                result.steps = np.asarray(hist.steps)
+        hist = train(
+            models, _group_losses, _sampler(settings, seeds, data_seed, d, n, dev, dt), optimizer="adam",
+            lr=min(lrs.values()), param_lr=param_lr, steps=steps, batch_size=batch_size, betas=betas,
+            lr_schedule=lr_schedule, device=dev, dtype=dt, record_every=record_every, record="mean",
+        )  # fmt: skip
+    result = TrainedICL(noise=noise, seeds=seeds, steps=np.asarray(hist.steps))
+    losses = hist.as_arrays()["loss"]
+    for k, m in models.items():
+        loss = np.moveaxis(losses[k], 0, -1)  # [S, R, T]
+        result.groups[(m.param, m.n_layers)] = TrainedGroup(
+            m.param, m.n_layers, m.requires_grad_(False), loss, hist.diverged[k]
+        )
     result.config = dict(
         params=params,
         depths=depths,

@@ -22,6 +22,7 @@ from attnlab.models.linear_transformer import (
     DecayedLinearTransformer,
     LinearTransformer,
     default_init_scale,
+    fast_inputs,
     spectral_inputs,
 )
 from attnlab.models.softmax_attention import PositionalLinear, TiedLowRankAttention
@@ -37,6 +38,7 @@ __all__ = [
     "SoftmaxSelfAttention",
     "TiedLowRankAttention",
     "default_init_scale",
+    "fast_inputs",
     "gd_construction",
     "gdpp_construction",
     "gdpp_schedule",

@@ -49,7 +49,7 @@ class Full:
     ``(2, d+1, d+1)`` (``P`` then ``Q``).
     """
 
-    param, diag_mode, names = "full", None, ("P", "Q")
+    param, diag_mode, names, fast_form = "full", None, ("P", "Q"), "gram"
 
     def packed_shape(self, L, H, D):
         return (L, H, 2, D, D)
@@ -75,6 +75,7 @@ class _Diagonal:
     def __init__(self, param):
         self.param = param
         self.mask = (1.0, 0.0, 1.0, 0.0) if param == "gdpp" else (1.0, 1.0, 1.0, 1.0)
+        self.fast_form = "spectral" if param == "gdpp" else "gram"  # GD++ keeps Sigma's eigenvectors
 
     def operator(self, model, layer, S):
         om = model.omegas()[..., layer, :]  # [*models, 4]
@@ -373,18 +374,49 @@ class LinearTransformer(nn.Module):
                 s = s * shrink**2
         return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
 
+    @property
+    def fast_form(self) -> str:
+        """The form :meth:`predict_fast` uses: ``"spectral"`` for GD++, ``"gram"`` otherwise."""
+        return self.parameterisation.fast_form
+
+    def predict_from(self, inputs: dict, *, return_layers: bool = False) -> torch.Tensor:
+        """The prediction from precomputed :func:`fast_inputs` (shared by models trained side by side)."""
+        if self.fast_form not in inputs:
+            raise ValueError(f"inputs must hold the {self.fast_form!r} form (fast_inputs(..., forms))")
+        forward = self.spectral_forward if self.fast_form == "spectral" else self.gram_forward
+        return forward(*inputs[self.fast_form], return_layers=return_layers)
+
     def predict_fast(self, X, y, x_query, *, return_layers: bool = False) -> torch.Tensor:
-        """The prediction of :meth:`predict` in the fastest exact form: spectral for GD++, else Gram."""
-        G, e_t = gram_inputs(X, y, x_query)
-        if self.param == "gdpp":
-            return self.spectral_forward(*spectral_inputs(G, e_t), return_layers=return_layers)
-        return self.gram_forward(G, e_t, return_layers=return_layers)
+        """The prediction of :meth:`predict` in the fastest exact form (:attr:`fast_form`)."""
+        return self.predict_from(fast_inputs(X, y, x_query, {self.fast_form}), return_layers=return_layers)
 
     def extra_repr(self) -> str:
         mode = f", diag_mode={self.diag_mode!r}" if self.param != "full" else ""
         models = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
         shape = f"d={self.d}, n_layers={self.n_layers}, n_heads={self.n_heads}"
         return f"{shape}, param={self.param!r}{mode}{models}"
+
+
+def fast_inputs(X, y, x_query, forms) -> dict:
+    """The inputs of the fast forms named in ``forms`` (``"gram"``, ``"spectral"``, ``"outer"``).
+
+    ``"gram"``: ``(G, e_t)``; ``"spectral"``: :func:`spectral_inputs`; ``"outer"``: the context's
+    outer products ``e_j e_j^T [..., n, D, D]`` and ``e_t`` (decayed keys). Computed once, they
+    serve every model that uses them (:meth:`LinearTransformer.predict_from`).
+    """
+    unknown = set(forms) - {"gram", "spectral", "outer"}
+    if unknown:
+        raise ValueError(f"forms must be among 'gram', 'spectral', 'outer', got {sorted(unknown)}")
+    G, e_t = gram_inputs(X, y, x_query)
+    out = {}
+    if "gram" in forms:
+        out["gram"] = (G, e_t)
+    if "spectral" in forms:
+        out["spectral"] = spectral_inputs(G, e_t)
+    if "outer" in forms:
+        E = torch.cat([X, y[..., None]], dim=-1)  # [.., B, n, D]
+        out["outer"] = (E[..., :, None] * E[..., None, :], e_t)  # [.., B, n, D, D], [.., B, D]
+    return out
 
 
 def spectral_inputs(G: torch.Tensor, e_t: torch.Tensor):
@@ -446,15 +478,19 @@ class DecayedLinearTransformer(LinearTransformer):
     def gram_forward(self, G, e_t, *, return_layers=False):
         raise ValueError("decayed keys have no Gram form; use predict_fast (outer-product form)")
 
-    def predict_fast(self, X, y, x_query, *, return_layers: bool = False) -> torch.Tensor:
+    @property
+    def fast_form(self) -> str:
+        return "outer"
+
+    def predict_from(self, inputs: dict, *, return_layers: bool = False) -> torch.Tensor:
         """Predictions ``[*models, B]`` from the context's outer products: every token still moves by
         one map ``T_l = I + Omega_l ∘ G_l``, with the weighted Gram matrix
         ``G_l = C_l (sum_j gamma_l^(n-j) e_j e_j^T) C_l^T`` of the tokens after ``C_l = T_{l-1}...T_0``."""
         if return_layers:
             raise ValueError("return_layers is not available for decayed keys")
-        E = torch.cat([X, y[..., None]], dim=-1)  # [B, n, D]
-        outer = E[..., :, None] * E[..., None, :]  # [B, n, D, D]
-        _, e = gram_inputs(X, y, x_query)
+        if "outer" not in inputs:
+            raise ValueError("inputs must hold the 'outer' form (fast_inputs(..., {'outer'}))")
+        outer, e = inputs["outer"]
         n, D = outer.shape[-3], outer.shape[-1]
         eye = torch.eye(D, dtype=outer.dtype, device=outer.device)
         dist = torch.arange(n - 1, -1, -1, dtype=outer.dtype, device=outer.device)
