@@ -8,7 +8,7 @@ Run from the repository root (``make bench``)::
 Each benchmark times the library and its baseline in the same process, alternating them, and
 reports ratios; absolute times are printed only for context (the machine may be shared).
 
-* ``bench_state_evolution``: Part II's solver (:func:`attnlab.theory.state_evolution.solve`)
+* ``bench_state_evolution``: Part II's solver (:func:`attnlab.theory.phase_transition.solve`)
   against :mod:`benchmarks.se_baseline` (the authors' algorithm: one scipy BFGS per node), at the
   same quadrature and at equal or better accuracy against a converged reference solution.
 * ``bench_phase_diagram``: the paper-scale 20×20 (α, ω) grid ``pt_phase_diagram`` on 2 workers.
@@ -63,7 +63,7 @@ def bench_state_evolution(
     baseline_max_iter=300,
 ) -> dict:
     """Solver vs the BFGS-per-node baseline at (α, ω): times, errors against a converged reference."""
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
     from benchmarks.se_baseline import solve_baseline
 
     ref = se.solve(alpha, omega, branch, n_nodes=ref_nodes, tol=1e-9)

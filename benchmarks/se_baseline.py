@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from attnlab.theory import state_evolution as se
+from attnlab.theory import phase_transition as se
+from attnlab.theory.phase_transition.equations import _Problem
 
 
 def _softmax_rows(M):
@@ -97,7 +98,7 @@ def solve_baseline(
         + 0.5 * (s2 * q_hat + m_hat**2 + s2 * rho * theta_hat**2) / D
         - 0.5 * alpha * (W @ val)
     )
-    prob = se._Problem(alpha, omega, sigma, lam, A, n_nodes, 1e-10)
+    prob = _Problem(alpha, omega, sigma, lam, A, n_nodes, 1e-10)
     eps_g = float(prob.eps_g(q, m, theta))
     return {
         "q": q,

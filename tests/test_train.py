@@ -128,17 +128,26 @@ def test_bad_model_data_and_loss():
         train(nn.Linear(3, 1), mse, (X, y[:3]))
     with pytest.raises(ValueError, match="batch_size must be given when data is a sampler"):
         train(nn.Linear(3, 1), mse, lambda b, g: (X, y), optimizer="adam")
-    with pytest.raises(ValueError, match="loss_fn must return a scalar"):
+    with pytest.raises(ValueError, match="parameters must lead with the models dimensions"):
         train(nn.Linear(3, 1), lambda m, X, y: m(X), (X, y), steps=1)
+    with pytest.raises(ValueError, match="loss_fn must return a tensor"):
+        train(nn.Linear(3, 1), lambda m, X, y: 1.0, (X, y), steps=1)
+    with pytest.raises(ValueError, match="param_lr must name parameters"):
+        train(nn.Linear(3, 1), mse, (X, y), param_lr={"w": 0.1})
 
 
 def test_optimizers_match_torch_optim():
-    """The written-out SGD and AdamW take the same steps as torch.optim's."""
+    """The loop's SGD, Adam and AdamW take the same steps as torch.optim's."""
     X, y, _ = _regression()
     for name, kwargs, reference in [
         ("gd", {"weight_decay": 0.1}, lambda p: torch.optim.SGD(p, lr=0.05, weight_decay=0.1)),
         (
             "adam",
+            {"weight_decay": 0.1, "batch_size": 64},
+            lambda p: torch.optim.Adam(p, lr=0.05, weight_decay=0.1),
+        ),
+        (
+            "adamw",
             {"weight_decay": 0.1, "batch_size": 64},
             lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
         ),
@@ -152,3 +161,95 @@ def test_optimizers_match_torch_optim():
             mse(theirs, X, y).backward()
             opt.step()
         assert torch.allclose(ours.weight, theirs.weight, atol=1e-12, rtol=0)
+
+
+class _Batched(nn.Module):
+    """``M`` linear models in one parameter ``w [M, 3]``; the loss is one ½·MSE per model."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = nn.Parameter(w.clone())
+        self.b = nn.Parameter(torch.zeros(w.shape[0]))
+
+
+def _per_model_mse(model, X, y):
+    pred = X @ model.w.T + model.b  # [B, M]
+    return 0.5 * ((pred - y[:, None]) ** 2).mean(0)  # [M]
+
+
+def _one_model_mse(model, X, y):
+    return _per_model_mse(model, X, y)[0]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_per_model_losses_train_each_model_as_if_alone(optimizer):
+    """Three models trained side by side end where each ends when trained alone (same batches)."""
+    X, y, _ = _regression()
+    w0 = torch.randn(3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    kw = dict(optimizer=optimizer, lr=0.05, steps=30, batch_size=16, dtype="float64", seed=2, record_every=10)
+    together = _Batched(w0)
+    hist = train(together, _per_model_mse, (X, y), lr_schedule="cosine", param_lr={"b": 0.01}, **kw)
+    assert hist.steps == [0, 10, 20, 30] and hist.as_arrays()["loss"].shape == (4, 3)
+    assert hist.diverged.shape == (3,) and not hist.diverged.any()
+    for m in range(3):
+        alone = _Batched(w0[m : m + 1])
+        h1 = train(alone, _one_model_mse, (X, y), lr_schedule="cosine", param_lr={"b": 0.01}, **kw)
+        assert torch.allclose(alone.w[0], together.w[m], rtol=1e-12, atol=1e-14)
+        assert torch.allclose(alone.b[0], together.b[m], rtol=1e-12, atol=1e-14)
+        assert np.allclose(h1.loss, hist.as_arrays()["loss"][:, m], rtol=1e-12)
+    assert np.all(hist.loss[-1] < 0.5 * hist.loss[0])  # every model trained
+
+
+def test_diverged_model_is_reported_and_the_others_train_on():
+    X, y, _ = _regression()
+    w0 = torch.zeros(2, 3, dtype=torch.float64)
+    model = _Batched(w0)
+    # Model 1's loss is multiplied by 1e300 from the start: it overflows to inf at once.
+    scale = torch.tensor([1.0, 1e300], dtype=torch.float64)
+
+    def loss(m, X, y):
+        return _per_model_mse(m, X, y) * scale * scale
+
+    hist = train(model, loss, (X, y), optimizer="sgd", lr=0.1, steps=50, batch_size=16, dtype="float64")
+    assert hist.diverged.tolist() == [False, True]
+    assert torch.all(model.w[1] == 0)  # SGD: a zero gradient leaves it where it was
+    losses = hist.as_arrays()["loss"]
+    assert np.isnan(losses[:, 1]).all() and np.isfinite(losses[:, 0]).all()
+    assert losses[-1, 0] < 1e-3 * losses[0, 0]
+
+
+def test_record_mean_averages_the_training_losses_of_each_window():
+    X, y, _ = _regression()
+    w0 = torch.zeros(2, 3, dtype=torch.float64)
+    kw = dict(optimizer="sgd", lr=0.05, steps=7, batch_size=16, dtype="float64", seed=4)
+    every = train(_Batched(w0), _per_model_mse, (X, y), record_every=1, **kw)
+    mean = train(_Batched(w0), _per_model_mse, (X, y), record_every=3, record="mean", **kw)
+    losses = every.as_arrays()["loss"]  # steps 0..7; the training losses are those of steps 0..6
+    assert mean.steps == [3, 6, 7]
+    expected = [losses[0:3].mean(0), losses[3:6].mean(0), losses[6:7].mean(0)]
+    assert np.allclose(mean.as_arrays()["loss"], expected, rtol=1e-12)
+
+
+def test_groups_of_batched_models_train_side_by_side():
+    """A dict of per-model losses, one entry per submodule: each group trains as if alone."""
+    X, y, _ = _regression()
+    w2, w3 = torch.zeros(2, 3, dtype=torch.float64), torch.ones(3, 3, dtype=torch.float64)
+    kw = dict(optimizer="adam", steps=10, batch_size=16, dtype="float64", seed=2, record_every=5)
+    models = nn.ModuleDict({"a": _Batched(w2), "b": _Batched(w3)})
+
+    def losses(m, X, y):
+        return {"a": _per_model_mse(m["a"], X, y), "b": _per_model_mse(m["b"], X, y)}
+
+    hist = train(models, losses, (X, y), lr=0.05, param_lr={"b.w": 0.01, "b.b": 0.01}, **kw)
+    arrays = hist.as_arrays()["loss"]
+    assert arrays["a"].shape == (3, 2) and arrays["b"].shape == (3, 3)
+    assert hist.diverged["a"].shape == (2,) and not hist.diverged["b"].any()
+    for key, w0, lr in (("a", w2, 0.05), ("b", w3, 0.01)):
+        alone = _Batched(w0)
+        h1 = train(alone, _per_model_mse, (X, y), lr=lr, **kw)
+        assert torch.allclose(alone.w, models[key].w, rtol=1e-12, atol=1e-14)
+        assert np.allclose(h1.as_arrays()["loss"], arrays[key], rtol=1e-12)
+    with pytest.raises(ValueError, match="dict keys must name submodules"):
+        train(models, lambda m, X, y: {"c": _per_model_mse(m["a"], X, y)}, (X, y), steps=1)
+    with pytest.raises(ValueError, match="dict values must be tensors"):
+        train(models, lambda m, X, y: {"a": 1.0}, (X, y), steps=1)

@@ -1,10 +1,12 @@
-"""Trainers: full-batch gradient descent, minibatch SGD and Adam on any ``nn.Module``.
+"""The training loop: full-batch gradient descent, minibatch SGD and Adam on any ``nn.Module``.
 
 One function, :func:`train`, covers the three optimizers used in the book. The data are either a
 tuple of tensors whose first dimension indexes samples (a fixed training set) or a *sampler*, a
 callable ``sample(batch_size, generator) -> tuple of tensors`` that draws fresh data every step
 (online learning, as in Parts I and III). The loss is a callable ``loss_fn(model, *batch)``
-returning a scalar tensor, so any model and any loss fit.
+returning a scalar tensor, so any model and any loss fit; a model that holds a batch of models
+(leading models dimensions on every parameter) returns one loss per model and the models train
+side by side, each on its own gradient, with per-model divergence detection.
 
 Every run returns a :class:`History` with the loss at each recorded step and any tracked
 quantity (overlaps, weights, ...) computed by user callbacks. The progress bar is ``tqdm`` on
@@ -13,6 +15,7 @@ quantity (overlaps, weights, ...) computed by user callbacks. The progress bar i
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,16 +25,19 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from attnlab.optim import SGD, Adam
 from attnlab.validation import (
     check_choice,
     check_int,
+    check_positive,
     check_real,
     make_generator,
     resolve_device,
     resolve_dtype,
 )
 
-OPTIMIZERS = ("gd", "sgd", "adam")
+OPTIMIZERS = ("gd", "sgd", "adam", "adamw")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
@@ -39,16 +45,26 @@ class History:
     """What a training run recorded.
 
     ``steps[k]`` is the optimizer step after which ``loss[k]`` and every ``tracked[name][k]`` were
-    measured (step 0 is the initial point).
+    measured (step 0 is the initial point). ``loss[k]`` is a float for one model, an array of
+    per-model losses (``nan`` once a model diverged) for a batch of models, a dict of them for
+    groups of models; ``diverged`` marks the models whose loss became non-finite (shape of the
+    per-model losses, ``()`` for one model; a dict for groups).
     """
 
     steps: list[int] = field(default_factory=list)
     loss: list[float] = field(default_factory=list)
     tracked: dict[str, list] = field(default_factory=dict)
+    diverged: np.ndarray = field(default_factory=lambda: np.zeros((), dtype=bool))
 
     def as_arrays(self) -> dict[str, np.ndarray]:
-        """Return ``{"step": ..., "loss": ..., name: ...}`` as numpy arrays."""
-        out = {"step": np.asarray(self.steps), "loss": np.asarray(self.loss)}
+        """``{"step": ..., "loss": ..., name: ...}`` as numpy arrays (``loss`` a dict of them for groups)."""
+        grouped = bool(self.loss) and isinstance(self.loss[0], dict)
+        loss = (
+            {k: np.asarray([v[k] for v in self.loss]) for k in self.loss[0]}
+            if grouped
+            else np.asarray(self.loss)
+        )
+        out = {"step": np.asarray(self.steps), "loss": loss}
         for name, values in self.tracked.items():
             out[name] = np.asarray(values)
         return out
@@ -70,57 +86,52 @@ def _to(batch, device, dtype):
     return tuple(out)
 
 
-class _SGD:
-    """Plain (stochastic) gradient descent: ``p <- p - lr * (grad + weight_decay * p)``.
+def lr_factor(schedule: str, step: int, steps: int) -> float:
+    """Multiplier of the learning rate at update ``step`` (0-based) of ``steps``.
 
-    Written out rather than taken from ``torch.optim``, whose first use imports ``torch._dynamo``
-    and costs seconds in every fresh kernel of a book build.
+    ``"constant"``: 1. ``"cosine"``: a linear warm-up over the first 10% of the steps, then a
+    cosine decay to zero.
     """
-
-    def __init__(self, params, lr, weight_decay):
-        self.params, self.lr, self.weight_decay = list(params), lr, weight_decay
-
-    @torch.no_grad()
-    def step(self):
-        for p in self.params:
-            if p.grad is not None:
-                p.add_(p.grad + self.weight_decay * p if self.weight_decay else p.grad, alpha=-self.lr)
+    if schedule == "constant":
+        return 1.0
+    warm = max(1, steps // 10)
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
 
 
-class _AdamW:
-    """Adam with decoupled weight decay (Loshchilov and Hutter), as ``torch.optim.AdamW``."""
-
-    def __init__(self, params, lr, weight_decay, betas, eps=1e-8):
-        self.params, self.lr, self.weight_decay, self.betas, self.eps = (
-            list(params),
-            lr,
-            weight_decay,
-            betas,
-            eps,
+def _make_optimizer(name, model, lr, param_lr, weight_decay, betas):
+    named = dict(model.named_parameters())
+    unknown = set(param_lr) - set(named)
+    if unknown:
+        raise ValueError(
+            f"param_lr must name parameters of the model ({sorted(named)}), got {sorted(unknown)}"
         )
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-        self.t = 0
-
-    @torch.no_grad()
-    def step(self):
-        self.t += 1
-        b1, b2 = self.betas
-        c1, c2 = 1 - b1**self.t, 1 - b2**self.t
-        for p, m, v in zip(self.params, self.m, self.v, strict=True):
-            if p.grad is None:
-                continue
-            if self.weight_decay:
-                p.mul_(1 - self.lr * self.weight_decay)
-            m.mul_(b1).add_(p.grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
-
-
-def _make_optimizer(name, params, lr, weight_decay, betas):
+    groups = [{"params": [p for k, p in named.items() if k not in param_lr]}]
+    groups += [
+        {"params": [named[k]], "lr": check_positive(f"param_lr[{k!r}]", v)} for k, v in param_lr.items()
+    ]
+    groups = [g for g in groups if g["params"]]
     if name in ("gd", "sgd"):
-        return _SGD(params, lr, weight_decay)
-    return _AdamW(params, lr, weight_decay, betas)
+        return SGD(groups, lr, weight_decay)
+    return Adam(groups, lr, betas, weight_decay=weight_decay, decoupled=name == "adamw")
+
+
+def _mask_diverged(model, alive):
+    """Zero the gradient of every model that diverged (``alive`` False) and any non-finite entry.
+
+    A parameter's leading dimensions are the models dimensions, ``alive.shape``.
+    """
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        if tuple(p.shape[: alive.ndim]) != tuple(alive.shape):
+            raise ValueError(
+                f"loss_fn returned per-model losses of shape {list(alive.shape)}, but a parameter has "
+                f"shape {list(p.shape)}: parameters must lead with the models dimensions"
+            )
+        mask = alive.reshape(*alive.shape, *([1] * (p.ndim - alive.ndim)))
+        p.grad = torch.where(mask, torch.nan_to_num(p.grad), torch.zeros_like(p.grad))
 
 
 def _evaluate_callbacks(model, callbacks, history):
@@ -144,11 +155,14 @@ def train(
     batch_size: int | None = None,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
+    lr_schedule: str = "constant",
+    param_lr: Mapping[str, float] | None = None,
     seed: int | torch.Generator = 0,
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
     callbacks: Mapping[str, Callable[[nn.Module], object]] | None = None,
     record_every: int = 1,
+    record: str = "last",
     progress: bool | None = None,
 ) -> History:
     """Train ``model`` in place and return its :class:`History`.
@@ -158,22 +172,45 @@ def train(
     model:
         Any ``nn.Module``; it is moved to ``device`` and ``dtype``.
     loss_fn:
-        ``loss_fn(model, *batch) -> scalar tensor``.
+        ``loss_fn(model, *batch)`` returning a scalar tensor, or a tensor of per-model losses when
+        ``model`` holds a batch of models: its shape is then the models dimensions, which every
+        parameter of ``model`` leads with. The loop backpropagates the sum, so each model gets
+        the gradient of its own loss. A model whose loss is not finite is *diverged*: from that
+        step on its loss is excluded from the sum and its gradient set to zero (the others go on
+        unaffected); :attr:`History.diverged` marks it. (SGD then leaves it where it is; Adam
+        still moves it by its decaying first moment.) Several batches of models of different
+        shapes train side by side when ``loss_fn`` returns a dict ``{submodule name: per-model
+        losses}`` (e.g. for an ``nn.ModuleDict`` of batched models): each submodule's
+        parameters lead with the shape of its losses.
     data:
         A tuple of tensors with a common first (sample) dimension, or a sampler
         ``sample(batch_size, generator) -> tuple of tensors`` drawing fresh data each step.
     optimizer:
         ``"gd"`` (full batch, plain gradient descent), ``"sgd"`` (minibatches of
-        ``batch_size``) or ``"adam"`` (AdamW; minibatches if ``batch_size`` is given).
+        ``batch_size``), ``"adam"`` or ``"adamw"`` (minibatches if ``batch_size`` is given); the
+        optimisers of :mod:`attnlab.optim`.
     weight_decay:
-        Decoupled for Adam; for GD/SGD it adds ``weight_decay * param`` to the gradient, i.e.
-        the gradient of ``weight_decay/2 * ||param||^2``.
+        For GD/SGD and ``"adam"`` it adds ``weight_decay * param`` to the gradient, i.e. the
+        gradient of ``weight_decay/2 * ||param||^2`` (``torch.optim.SGD``/``Adam``); for
+        ``"adamw"`` it is decoupled (``torch.optim.AdamW``).
+    lr_schedule:
+        ``"constant"`` or ``"cosine"`` (:func:`lr_factor`: linear warm-up over the first 10% of
+        the steps, then a cosine decay to zero).
+    param_lr:
+        ``{parameter name: learning rate}`` for parameters (names of ``model.named_parameters()``)
+        that do not use ``lr``.
     seed:
         An int or a ``torch.Generator``; it drives minibatch selection and the sampler.
     dtype:
         ``"float32"`` or ``"float64"``.
     callbacks:
         ``{name: fn(model)}``; each value is recorded with the loss every ``record_every`` steps.
+    record:
+        ``"last"``: record the loss at steps ``0, record_every, ...`` and ``steps`` (the loss of
+        that step's batch at the current weights; ``steps + 1`` batches are drawn). ``"mean"``:
+        record at steps ``record_every, 2 record_every, ...`` and ``steps`` the mean of the
+        training losses of the updates since the previous record (``steps`` batches are drawn;
+        the mean is ``nan`` for a model that diverged in that window).
     progress:
         Show a tqdm bar on stdout; ``None`` (default) shows it only when stdout is a terminal.
     """
@@ -185,7 +222,9 @@ def train(
     lr = check_real("lr", lr, minimum=0.0, strict_minimum=True)
     steps = check_int("steps", steps, minimum=0)
     weight_decay = check_real("weight_decay", weight_decay, minimum=0.0)
+    lr_schedule = check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
     record_every = check_int("record_every", record_every, minimum=1)
+    record = check_choice("record", record, ("last", "mean"))
     device = resolve_device(device)
     dtype = resolve_dtype(dtype)
     callbacks = dict(callbacks or {})
@@ -214,7 +253,7 @@ def train(
 
     gen = make_generator(seed, device="cpu")
     model.to(device=device, dtype=dtype)
-    opt = _make_optimizer(optimizer, model.parameters(), lr, weight_decay, betas)
+    opt = _make_optimizer(optimizer, model, lr, dict(param_lr or {}), weight_decay, betas)
 
     def next_batch():
         if sampler is not None:
@@ -225,23 +264,73 @@ def train(
         return tuple(t[idx] for t in tensors)
 
     history = History()
+    alive, window, count, grouped = None, None, 0, False
     bar = tqdm(total=steps, file=sys.stdout, disable=not _progress_enabled(progress), leave=False)
     try:
-        for step in range(steps + 1):
-            batch = next_batch()
-            loss = loss_fn(model, *batch)
-            if loss.ndim != 0:
-                raise ValueError("loss_fn must return a scalar tensor")
-            if step % record_every == 0 or step == steps:
-                history.steps.append(step)
-                history.loss.append(float(loss.detach()))
-                _evaluate_callbacks(model, callbacks, history)
+        for step in range(steps + (record == "last")):
+            out = loss_fn(model, *next_batch())
+            grouped = isinstance(out, Mapping)
+            parts = _loss_parts(out, model)
+            if alive is None:
+                alive = {k: torch.ones(v.shape, dtype=torch.bool, device=v.device) for k, v in parts.items()}
+            elif {k: v.shape for k, v in parts.items()} != {k: v.shape for k, v in alive.items()}:
+                raise ValueError("loss_fn must return the same keys and shapes every step")
+            alive = {k: alive[k] & torch.isfinite(v.detach()) for k, v in parts.items()}
+            kept = {
+                k: torch.where(alive[k], v.detach(), torch.full_like(v, float("nan")))
+                for k, v in parts.items()
+            }
+            if record == "last" and (step % record_every == 0 or step == steps):
+                _record(history, step, kept, grouped, model, callbacks)
             if step == steps:
                 break
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            opt.zero_grad()
+            if not grouped and out.ndim == 0:  # one model: its loss as it is
+                out.backward()
+            else:
+                sum(torch.where(alive[k], v, torch.zeros_like(v)).sum() for k, v in parts.items()).backward()
+                for k in parts:
+                    _mask_diverged(model.get_submodule(k), alive[k])
+            opt.step(lr_factor(lr_schedule, step, steps))
             bar.update(1)
+            if record == "mean":
+                window = kept if window is None else {k: window[k] + kept[k] for k in kept}
+                count += 1
+                if (step + 1) % record_every == 0 or step + 1 == steps:
+                    _record(
+                        history,
+                        step + 1,
+                        {k: v / count for k, v in window.items()},
+                        grouped,
+                        model,
+                        callbacks,
+                    )
+                    window, count = None, 0
     finally:
         bar.close()
+    if alive is not None:
+        diverged = {k: ~v.cpu().numpy() for k, v in alive.items()}
+        history.diverged = diverged if grouped else diverged[""]
     return history
+
+
+def _loss_parts(out, model) -> dict:
+    """``{submodule name: losses}`` from what ``loss_fn`` returned (``""``: the whole model)."""
+    if isinstance(out, torch.Tensor):
+        return {"": out}
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError("loss_fn must return a tensor (a scalar or one loss per model) or a dict of them")
+    names = dict(model.named_modules())
+    for k, v in out.items():
+        if k not in names or not k:
+            raise ValueError(f"loss_fn's dict keys must name submodules of the model, got {k!r}")
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"loss_fn's dict values must be tensors, got {type(v).__name__} for {k!r}")
+    return dict(out)
+
+
+def _record(history, step, losses, grouped, model, callbacks):
+    history.steps.append(step)
+    values = {k: float(v) if v.ndim == 0 else v.cpu().numpy() for k, v in losses.items()}
+    history.loss.append(values if grouped else values[""])
+    _evaluate_callbacks(model, callbacks, history)

@@ -1,9 +1,9 @@
-"""Tests of attnlab.theory.cubature: the two published rules are exact to their degree."""
+"""Tests of attnlab.theory.phase_transition.cubature (pt = phase transition): the Gaussian rules are exact."""
 
 import numpy as np
 import pytest
 
-from attnlab.theory import cubature
+from attnlab.theory.phase_transition import cubature
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,25 @@ def test_nested_rule():
 def test_exact_degree_rejects_bad_input():
     with pytest.raises(ValueError, match="max_degree"):
         cubature.exact_degree(cubature.stroud_secrest_vi(), max_degree=-1)
+
+
+def test_product_rule_moments():
+    X, W = cubature.product_rule(8, dim=4, prune=0.0)
+    assert X.shape == (4, 8**4) and W.shape == (8**4,)
+    assert np.isclose(W.sum(), 1.0)
+    assert np.allclose(X @ W, 0.0, atol=1e-12)
+    assert np.allclose((X**2) @ W, 1.0)
+    assert np.allclose((X**4) @ W, 3.0)
+    assert np.isclose(W @ (X[0] ** 2 * X[1] ** 2), 1.0)
+
+
+def test_product_rule_pruning_keeps_mass():
+    X, W = cubature.product_rule(12, dim=4, prune=1e-10)
+    assert W.size < 12**4
+    assert np.isclose(W.sum(), 1.0)
+    assert np.allclose((X**2) @ W, 1.0, rtol=1e-6)
+
+
+def test_product_rule_rejects_bad_input():
+    with pytest.raises(ValueError, match="n_nodes"):
+        cubature.product_rule(0)

@@ -1,8 +1,9 @@
-"""Theory grids over (α, ω) for Part II, chapter 04 (the phase diagram).
+"""Part II's theory experiments (pt = phase transition): curves over alpha and grids over (alpha, omega).
 
-Both experiments only call the fixed-point solver :mod:`attnlab.theory.state_evolution`; they
-are registered so that the paper-scale grids run from the CLI and the chapter loads a small CSV::
+They only call the fixed-point solver :mod:`attnlab.theory.phase_transition`; they are registered
+so that the paper-scale runs go through the CLI and the chapters (03, 04) load a small CSV::
 
+    python -m attnlab.experiments run pt_theory --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_phase_diagram --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_transition_lines --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_crossing_scan --scale paper --out lib/attnlab/results
@@ -14,12 +15,68 @@ import numpy as np
 
 from attnlab.experiments import experiment, sweep
 
+_THEORY = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.1, "alpha_max": 2.5}
+
+
+@experiment(
+    "pt_theory",
+    book={**_THEORY, "n_alpha": 9, "n_nodes": 12, "xtol": 1e-3, "delta": 0.03},
+    paper={**_THEORY, "n_alpha": 25, "n_nodes": 20, "xtol": 1e-4, "delta": 0.03},
+    description="theory: both branches vs alpha, eps_lin, alpha_c and alpha_l by root finding (chapter 3)",
+)
+def pt_theory(config: dict, device: str) -> list[dict]:
+    """Rows ``kind="curve"`` (alpha, branch, eps_g, eps_t, m, theta_over_sigma2, q, V, converged),
+    one row ``kind="eps_lin"``, rows ``kind="transition"`` (``name`` alpha_c or alpha_l, ``alpha``)
+    and rows ``kind="bracket"``: both branches solved at ``alpha_c -+ delta`` and ``alpha_l -+ delta``
+    (``name``, ``side`` below/above), so that a reader can check that the roots are roots.
+
+    The transitions are roots (``brentq`` inside :func:`~attnlab.theory.phase_transition.alpha_c`
+    and ``alpha_l``), bracketed by the sign changes found on the curve's grid.
+    """
+    from attnlab.theory import phase_transition as se
+
+    omega, sigma, lam = config["omega"], config["sigma"], config["lam"]
+    kw = {"n_nodes": config["n_nodes"]}
+    alphas = np.linspace(config["alpha_min"], config["alpha_max"], config["n_alpha"])
+    rows, sols = [], {}
+    for branch in ("semantic", "positional"):
+        for a in alphas:
+            fp = se.solve(float(a), omega, branch, sigma, lam, **kw)
+            sols[branch, float(a)] = fp
+            rows.append({
+                "kind": "curve", "alpha": float(a), "branch": branch, "eps_g": fp.eps_g, "eps_t": fp.eps_t,
+                "m": abs(fp.m), "theta_over_sigma2": abs(fp.theta) / sigma**2, "q": fp.q, "V": fp.V,
+                "converged": bool(fp.converged),
+            })  # fmt: skip
+    lin = se.eps_lin(omega, sigma)
+    rows.append({"kind": "eps_lin", "eps_lin": float(lin)})
+    diff_t = [sols["semantic", float(a)].eps_t - sols["positional", float(a)].eps_t for a in alphas]
+    diff_l = [sols["semantic", float(a)].eps_g - lin for a in alphas]
+    roots = {"alpha_c": (se.alpha_c, diff_t), "alpha_l": (se.alpha_l, diff_l)}
+    for name, (finder, diff) in roots.items():
+        value = float("nan")
+        for i in range(len(alphas) - 1):
+            if np.isfinite(diff[i]) and np.isfinite(diff[i + 1]) and diff[i] * diff[i + 1] <= 0:
+                bracket = (float(alphas[i]), float(alphas[i + 1]))
+                value = finder(omega, sigma, lam, bracket=bracket, n_grid=2, xtol=config["xtol"], **kw)
+                break
+        rows.append({"kind": "transition", "name": name, "alpha": float(value)})
+        if np.isfinite(value):
+            for side, a in (("below", value - config["delta"]), ("above", value + config["delta"])):
+                for branch in ("semantic", "positional"):
+                    fp = se.solve(float(a), omega, branch, sigma, lam, **kw)
+                    rows.append({"kind": "bracket", "name": name, "side": side, "alpha": float(a),
+                                 "branch": branch, "eps_g": fp.eps_g, "eps_t": fp.eps_t,
+                                 "converged": bool(fp.converged)})  # fmt: skip
+    return rows
+
+
 _BASE = {"sigma": 0.5, "lam": 0.01}
 
 
 def _grid_column(omega, alphas, sigma, lam, n_nodes, tol):
     """Both branches at every α of one ω column, plus ε_lin(ω)."""
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     lin = se.eps_lin(omega, sigma)
     rows = []
@@ -59,7 +116,7 @@ def pt_phase_diagram(config: dict, device: str) -> list[dict]:
 
 
 def _lines_at(omega, sigma, lam, n_nodes, xtol, bracket, n_grid):
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     kw = {"bracket": bracket, "n_grid": n_grid, "xtol": xtol}
     return {
@@ -94,7 +151,7 @@ def pt_transition_lines(config: dict, device: str) -> list[dict]:
 
 
 def _scan_point(omega, alpha, sigma, lam, n_nodes):
-    from attnlab.theory import state_evolution as se
+    from attnlab.theory import phase_transition as se
 
     row = {"omega": float(omega), "alpha": float(alpha)}
     methods = (("converged", se.solve, {"n_nodes": n_nodes}), ("authors", se.solve_authors, {}))

@@ -1,4 +1,9 @@
-"""Two published low-order cubature rules for Gaussian averages in two dimensions (Part II).
+"""Gaussian cubature rules of Part II: the solver's Gauss–Hermite products and two published rules.
+
+``gauss_hermite(n_nodes)``, ``product_rule(n_nodes, dim=4, prune=1e-10) -> (nodes [dim, N], weights [N])``
+    The solver's rule: Gauss–Hermite with ``n_nodes`` nodes per dimension; nodes whose product
+    weight is below ``prune`` times the largest are dropped (less than ~1e-9 of the mass at the
+    default) and the weights renormalised.
 
 The authors of paper B average over pairs of standard Gaussians with fixed, fully symmetric
 rules for the weight ``exp(-x² - y²)`` (chapter 02 uses them to reproduce their numbers):
@@ -25,9 +30,16 @@ from math import factorial
 
 import numpy as np
 
-from attnlab.validation import check_int
+from attnlab.validation import check_int, check_real
 
-__all__ = ["exact_degree", "nested", "rabinowitz_richter_2", "stroud_secrest_vi"]
+__all__ = [
+    "exact_degree",
+    "gauss_hermite",
+    "nested",
+    "product_rule",
+    "rabinowitz_richter_2",
+    "stroud_secrest_vi",
+]
 
 
 def _orbit_axis(a):
@@ -118,3 +130,43 @@ def _compositions(k, dim):
     for first in range(k + 1):
         for rest in _compositions(k - first, dim - 1):
             yield (first, *rest)
+
+
+# ----------------------------------------------------------------------------------------------
+# The solver's rule: Gauss–Hermite products
+# ----------------------------------------------------------------------------------------------
+
+_RULES: dict = {}
+
+
+def gauss_hermite(n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights (summing to one) of the n-point rule for E f(x), x ~ N(0, 1)."""
+    n_nodes = check_int("n_nodes", n_nodes, minimum=1, maximum=200)
+    x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
+    return x, w / w.sum()
+
+
+def product_rule(n_nodes: int, dim: int = 4, prune: float = 1e-10) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Hermite product rule in ``dim`` dimensions: nodes ``[dim, N]``, weights ``[N]``.
+
+    Nodes whose weight is below ``prune`` times the largest weight are dropped and the remaining
+    weights renormalised (``prune=0`` keeps the full product rule).
+    """
+    n_nodes = check_int("n_nodes", n_nodes, minimum=1, maximum=200)
+    dim = check_int("dim", dim, minimum=1, maximum=6)
+    prune = check_real("prune", prune, minimum=0.0, maximum=1e-3)
+    key = (n_nodes, dim, prune)
+    if key not in _RULES:
+        x, w = gauss_hermite(n_nodes)
+        grids = np.meshgrid(*([x] * dim), indexing="ij")
+        weights = w
+        for _ in range(dim - 1):
+            weights = np.multiply.outer(weights, w)
+        nodes = np.stack([g.ravel() for g in grids])  # [dim, n_nodes**dim]
+        weights = weights.ravel()
+        keep = weights >= prune * weights.max()
+        nodes, weights = nodes[:, keep], weights[keep] / weights[keep].sum()
+        nodes.setflags(write=False)
+        weights.setflags(write=False)
+        _RULES[key] = (nodes, weights)
+    return _RULES[key]

@@ -1,0 +1,35 @@
+"""Part II's experiments (pt = phase transition; paper B, Cui et al. 2024).
+
+* :mod:`.engine` – :func:`train_batched`: GD / Adam from several starts and seeds in one batch,
+  and the helpers that turn its arrays into result rows (:func:`rows_from`, :func:`summarize`);
+* :mod:`.simulations` – the registered finite-d experiments ``pt_gd``, ``pt_curves``,
+  ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``;
+* :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``
+  (the fixed-point solver over grids);
+* :mod:`.histogram` – ``pt_histogram``, the bridge to Part I.
+
+Experiment names start with ``pt_`` (phase transition); committed results are
+``lib/attnlab/results/pt_*``.
+"""
+
+from attnlab.experiments.phase_transition import histogram, simulations, theory
+from attnlab.experiments.phase_transition.engine import (
+    INITS,
+    alpha_grid,
+    rows_from,
+    run_alphas,
+    summarize,
+    train_batched,
+)
+
+__all__ = [
+    "INITS",
+    "alpha_grid",
+    "histogram",
+    "rows_from",
+    "run_alphas",
+    "simulations",
+    "summarize",
+    "theory",
+    "train_batched",
+]

@@ -1,0 +1,211 @@
+"""Part II's registered finite-d experiments (pt = phase transition): GD and Adam vs alpha, d, variants.
+
+Each experiment calls :func:`~attnlab.experiments.phase_transition.engine.train_batched` (chapters
+01, 03, 04 and 05 show them).
+"""
+
+from __future__ import annotations
+
+from attnlab.experiments import experiment
+from attnlab.experiments.phase_transition.engine import alpha_grid, rows_from, run_alphas, train_batched
+
+
+def _train_kwargs(config: dict, device: str) -> dict:
+    keys = ("omega", "sigma", "lam", "lr", "steps", "n_test", "lam_lin", "n_seeds", "normalize_teacher")
+    return {k: config[k] for k in keys if k in config} | {"device": device}
+
+
+_COMMON = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "lr": 0.15, "steps": 5000, "lam_lin": 1e-4}
+
+
+@experiment(
+    "pt_gd",
+    book={
+        **_COMMON,
+        "steps": 2000,
+        "d": 400,
+        "alpha_min": 1.0,
+        "alpha_max": 2.0,
+        "n_alpha": 2,
+        "alpha_every": 1,
+        "n_seeds": 4,
+        "n_test": 4000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },
+    paper={
+        **_COMMON,
+        "d": 1000,
+        "alpha_min": 0.01,
+        "alpha_max": 2.0,
+        "n_alpha": 25,
+        "alpha_every": 1,
+        "n_seeds": 24,
+        "n_test": 10000,
+        "normalize_teacher": False,
+        "seed": 0,
+    },
+    description="full-batch GD from the semantic and positional starts vs alpha (chapter 3)",
+)
+def pt_gd(config: dict, device: str) -> list[dict]:
+    """GD from both starts at every ``alpha`` of the grid; one row per (alpha, start, seed)."""
+    return run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"], **_train_kwargs(config, device))
+
+
+@experiment(
+    "pt_curves",
+    book={**_COMMON, "d": 100, "alpha": 2.0, "n_seeds": 8, "n_test": 4000, "record_every": 250, "seed": 0},
+    paper={
+        **_COMMON,
+        "d": 1000,
+        "alpha": 2.0,
+        "n_seeds": 24,
+        "n_test": 10000,
+        "record_every": 100,
+        "seed": 0,
+    },
+    description="GD from both starts at one alpha, with training curves of eps_t, m and theta (chapter 1)",
+)
+def pt_curves(config: dict, device: str) -> list[dict]:
+    """One row per (start, seed, recorded step) with ``eps_t``, ``m`` and ``theta_over_sigma2``;
+    the rows of the last step also carry ``eps_g``, ``q`` and ``eps_lin``."""
+    inits = ("semantic", "positional")
+    out = train_batched(alpha=config["alpha"], d=config["d"], inits=inits, seed=config["seed"],
+                        record_every=config["record_every"], **_train_kwargs(config, device))  # fmt: skip
+    final = rows_from(out, inits, alpha=config["alpha"], d=config["d"], omega=config["omega"])
+    rows = []
+    last = len(out["curve_steps"]) - 1
+    for j, step in enumerate(out["curve_steps"]):
+        for i, init in enumerate(inits):
+            for s in range(config["n_seeds"]):
+                row = {"step": int(step), "init": init, "seed_index": s}
+                row["eps_t"] = float(out["curve_eps_t"][j, i, s])
+                row["m"] = float(out["curve_m"][j, i, s])
+                row["theta_over_sigma2"] = float(out["curve_theta_over_sigma2"][j, i, s])
+                if j == last:
+                    row = {**final[i * config["n_seeds"] + s], **row}
+                rows.append(row)
+    return rows
+
+
+@experiment(
+    "pt_finite_d",
+    book={
+        **_COMMON,
+        "steps": 2000,
+        "alpha": 1.5,
+        "ds": "25,50,100,200",
+        "n_seeds": 6,
+        "n_test": 2000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },  # fmt: skip
+    paper={
+        **_COMMON,
+        "alpha": 1.5,
+        "ds": "10,15,23,36,56,87,135,209,323,500",
+        "n_seeds": 24,
+        "n_test": 10000,
+        "normalize_teacher": False,
+        "seed": 0,
+    },
+    description="finite-d scaling at alpha = 1.5, omega = 0.3: GD from both starts vs d (chapter 4)",
+)
+def pt_finite_d(config: dict, device: str) -> list[dict]:
+    """GD from both starts at one ``alpha`` for every ``d`` in ``ds`` (a comma-separated string)."""
+    rows = []
+    inits = ("semantic", "positional")
+    for k, d in enumerate(int(v) for v in str(config["ds"]).split(",")):
+        out = train_batched(alpha=config["alpha"], d=d, inits=inits, seed=config["seed"] + 1000 * k,
+                            **_train_kwargs(config, device))  # fmt: skip
+        rows += rows_from(out, inits, alpha=config["alpha"], d=d, omega=config["omega"], n=out["n"])
+    return rows
+
+
+_ADAM = {**_COMMON, "lr": 0.01, "steps": 2500, "d": 100, "alpha": 2.0, "seed": 0}
+# GD references: the book scale stops at 2000 steps (converged at d = 100, see chapter 1)
+
+
+@experiment(
+    "pt_adam_random",
+    book=_ADAM | {"n_seeds": 12, "n_test": 2000, "steps_gd": 2000, "normalize_teacher": True},
+    paper=_ADAM | {"n_seeds": 48, "n_test": 10000, "steps_gd": 5000, "normalize_teacher": False},
+    description="which minimum Adam reaches from a random start (d = 100, alpha = 2; chapter 4)",
+)
+def pt_adam_random(config: dict, device: str) -> list[dict]:
+    """Adam (lr 0.01, 2500 steps, weight decay lam, as the authors) from ``Q = 0.1 N(0, I)``.
+
+    On the same teachers and training sets, GD from the semantic and positional starts gives the
+    two reference minima; each row carries both, so a reader can tell which one Adam reached.
+    """
+    kw = _train_kwargs(config, device)
+    common = {"alpha": config["alpha"], "d": config["d"], "seed": config["seed"]}
+    adam = train_batched(inits=("random",), optimizer="adam", **common, **kw)
+    kw_gd = kw | {"lr": 0.15, "steps": config["steps_gd"]}
+    gd = train_batched(inits=("semantic", "positional"), optimizer="gd", **common, **kw_gd)
+    rows = rows_from(adam, ("random",), alpha=config["alpha"], d=config["d"], omega=config["omega"])
+    for s, row in enumerate(rows):
+        for i, name in enumerate(("semantic", "positional")):
+            row[f"eps_t_{name}_gd"] = float(gd["eps_t"][i, s])
+            row[f"eps_g_{name}_gd"] = float(gd["eps_g"][i, s])
+        gap = {name: abs(row["eps_t"] - row[f"eps_t_{name}_gd"]) for name in ("semantic", "positional")}
+        row["reached"] = (
+            min(gap, key=gap.get) if row["theta_over_sigma2"] > 0.2 or row["m"] > 0.1 else "other"
+        )
+    return rows
+
+
+def _variant_rows(config, device, variants: dict) -> list[dict]:
+    """Run each named variant (a dict of :func:`train_batched` options) from both starts.
+
+    Every variant uses the same seed, hence the same teachers and training sets."""
+    rows = []
+    for name, options in variants.items():
+        new = run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"],
+                         **_train_kwargs(config, device), **options)  # fmt: skip
+        rows += [{"variant": name, **row} for row in new]
+    return rows
+
+
+_VARIANT_BOOK = {**_COMMON, "steps": 2000, "d": 100, "alpha_min": 0.5, "alpha_max": 2.0, "n_alpha": 4,
+                 "alpha_every": 1, "n_seeds": 6, "n_test": 2000, "normalize_teacher": True,
+                 "seed": 0}  # fmt: skip
+_VARIANT_PAPER = {**_COMMON, "d": 500, "alpha_min": 0.25, "alpha_max": 2.0, "n_alpha": 8,
+                  "alpha_every": 1, "n_seeds": 12, "n_test": 10000, "normalize_teacher": False,
+                  "seed": 0}  # fmt: skip
+
+
+@experiment(
+    "pt_untied",
+    book=_VARIANT_BOOK,
+    paper=_VARIANT_PAPER,
+    description="reviewers' question: untied query and key (both started alike) vs tied (chapter 4)",
+)
+def pt_untied(config: dict, device: str) -> list[dict]:
+    """Tied ``Q = K`` against untied ``Q, K`` (both started at the same point), same data."""
+    return _variant_rows(config, device, {"tied": {"tied": True}, "untied": {"tied": False}})
+
+
+@experiment(
+    "pt_value",
+    book=_VARIANT_BOOK | {"d": 40, "n_seeds": 4, "alpha_min": 1.0, "n_alpha": 3},
+    paper=_VARIANT_PAPER | {"d": 200},
+    description="reviewers' question: a learned d x d value matrix (started at I) vs value = I (chapter 4)",
+)
+def pt_value(config: dict, device: str) -> list[dict]:
+    """Value fixed to the identity against a learned ``W`` (``[d, d]``, from ``I``), same data."""
+    return _variant_rows(config, device, {"identity": {"value": "identity"}, "learned": {"value": "learned"}})
+
+
+@experiment(
+    "pt_correlated",
+    book=_VARIANT_BOOK | {"correlation": 0.5},
+    paper=_VARIANT_PAPER | {"correlation": 0.5},
+    description="reviewers' question: correlated tokens z_2 = c z_1 + sqrt(1-c^2) z' (chapter 4)",
+)
+def pt_correlated(config: dict, device: str) -> list[dict]:
+    """Independent tokens against tokens with correlation ``c`` (the same teachers)."""
+    c = float(config["correlation"])
+    return _variant_rows(
+        config, device, {"independent": {"correlation": 0.0}, f"c={c:g}": {"correlation": c}}
+    )

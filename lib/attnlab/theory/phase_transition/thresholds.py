@@ -1,0 +1,161 @@
+"""Part II's transitions: the linear baseline ε_lin, the thresholds α_c and α_l, and branch curves.
+
+α_c(ω) is where the semantic branch's training loss drops below the positional one's; α_l(ω) where
+the semantic branch's test error drops below ε_lin, the error of the best positional linear model.
+Both are roots found by ``scipy.optimize.brentq`` after a coarse scan of the bracket.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import brentq
+
+from attnlab.theory.phase_transition import cubature
+from attnlab.theory.phase_transition.authors import solve_authors
+from attnlab.theory.phase_transition.cubature import product_rule
+from attnlab.theory.phase_transition.equations import BRANCHES, METHODS
+from attnlab.theory.phase_transition.fixed_point import solve
+from attnlab.theory.phase_transition.prox import _check_A, _softmax_diag
+from attnlab.validation import check_choice, check_int, check_real
+
+__all__ = ["alpha_c", "alpha_l", "branch_curves", "verify_eps_lin", "eps_lin"]
+
+_CURVE_FIELDS = ("eps_g", "eps_t", "q", "m", "V", "theta", "theta_over_sigma2", "converged", "iterations")
+
+
+def branch_curves(alphas, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
+    """Theory curves over ``alphas`` for both branches, the global minimum and ``eps_lin``.
+
+    Returns ``{"alpha": [n], "semantic": {field: [n]}, "positional": {field: [n]},
+    "global": {field: [n], "branch": [n]}, "eps_lin": float}`` with fields ``eps_g``, ``eps_t``,
+    ``q``, ``m``, ``V``, ``theta``, ``theta_over_sigma2``, ``converged``, ``iterations``.
+    Each α is solved from the branch's own starting point (no continuation).
+    """
+    alphas = np.atleast_1d(np.asarray(alphas, dtype=float))
+    if alphas.ndim != 1 or alphas.size == 0:
+        raise ValueError("alphas must be a non-empty 1-D array of positive numbers")
+    if not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
+        raise ValueError("alphas must be finite and > 0")
+    out = {"alpha": alphas}
+    sols = {b: [solve(a, omega, b, sigma, lam, A, **kwargs) for a in alphas] for b in BRANCHES}
+    for b in BRANCHES:
+        out[b] = {f: np.array([getattr(s, f) for s in sols[b]]) for f in _CURVE_FIELDS}
+    glob = [
+        min(s, p, key=lambda r: r.eps_t) for s, p in zip(sols["semantic"], sols["positional"], strict=True)
+    ]
+    out["global"] = {f: np.array([getattr(s, f) for s in glob]) for f in _CURVE_FIELDS}
+    out["global"]["branch"] = np.array([s.branch for s in glob])
+    out["eps_lin"] = eps_lin(omega, sigma, A)
+    return out
+
+
+def eps_lin(omega, sigma=0.5, A=None, *, n_nodes: int = 40, method: str = "converged") -> float:
+    """Test error of the best positional linear model ``f_B(x) = B x`` (chapter 01, eq-pt-linear).
+
+    ``B̂ = ωA + (1-ω) E S(h*)`` and ``ε_lin = (σ²/2)(1-ω)² E‖S(h*) - E S(h*)‖_F²``, with
+    ``h* ~ N(0, σ² I₂)``; it does not depend on α, λ or A. ``method="authors"`` computes it as
+    their notebook does: ``E S(h*)`` on the degree-7 rule (slightly off, so that their ``B̂`` is
+    not quite the best one) and the error of that ``B̂`` on the degree-11 rule.
+    """
+    omega = check_real("omega", omega, minimum=0.0, maximum=1.0)
+    sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+    _check_A(A)
+    n_nodes = check_int("n_nodes", n_nodes, minimum=2, maximum=200)
+    method = check_choice("method", method, METHODS)
+    if method == "authors":
+        p, w = cubature.stroud_secrest_vi()
+        a, b = _softmax_diag(sigma * p[0], sigma * p[1])
+        Ea, Eb = w @ a, w @ b  # their E S(h*) = [[Ea, 1 - Ea], [1 - Eb, Eb]]
+        p, w = cubature.rabinowitz_richter_2()
+        a, b = _softmax_diag(sigma * p[0], sigma * p[1])
+        err = 2 * (a - Ea) ** 2 + 2 * (b - Eb) ** 2  # ‖S - B̂‖_F² / (1 - ω)²
+        return float(0.5 * sigma**2 * (1 - omega) ** 2 * (w @ err))
+    X, W = product_rule(n_nodes, 2, 0.0)
+    a, b = _softmax_diag(sigma * X[0], sigma * X[1])  # S = [[a, 1-a], [1-b, b]]
+    var = 2 * (W @ a**2 - (W @ a) ** 2) + 2 * (W @ b**2 - (W @ b) ** 2)  # E‖S - ES‖_F²
+    return float(0.5 * sigma**2 * (1 - omega) ** 2 * var)
+
+
+def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
+    """Exercise checker: raise ``ValueError`` unless ``answer`` is ε_lin(ω) within ``rtol``."""
+    answer = check_real("answer", answer)
+    ref = eps_lin(omega, sigma, A)
+    if abs(answer - ref) > rtol * abs(ref):
+        raise ValueError(
+            f"answer {answer:.6g} is not eps_lin({omega}) (relative error {abs(answer - ref) / ref:.2g})"
+        )
+    return ref
+
+
+def _bracket_root(fun, lo, hi, n_grid, xtol):
+    grid = np.linspace(lo, hi, n_grid)
+    vals = [fun(a) for a in grid]
+    for i in range(n_grid - 1):
+        if np.isfinite(vals[i]) and np.isfinite(vals[i + 1]) and vals[i] * vals[i + 1] <= 0:
+            return brentq(fun, grid[i], grid[i + 1], xtol=xtol)
+    return float("nan")
+
+
+def _threshold_args(omega, bracket, n_grid, method, kwargs):
+    omega = check_real("omega", omega, minimum=0.0, maximum=1.0)
+    lo, hi = (check_real("bracket", v, minimum=0.0, strict_minimum=True) for v in bracket)
+    if hi <= lo:
+        raise ValueError(f"bracket must be (low, high) with low < high, got {bracket}")
+    n_grid = check_int("n_grid", n_grid, minimum=2)
+    method = check_choice("method", method, METHODS)
+    if method == "authors" and "n_nodes" in kwargs:
+        raise ValueError("n_nodes does not apply to method='authors' (their rules are fixed)")
+    return omega, lo, hi, n_grid, solve if method == "converged" else solve_authors
+
+
+def alpha_c(
+    omega,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    *,
+    bracket=(0.1, 3.0),
+    n_grid=4,
+    xtol=1e-4,
+    method="converged",
+    **kwargs,
+) -> float:
+    """α_c(ω): root of ε_t(semantic) - ε_t(positional) (brentq); ``nan`` if none in ``bracket``.
+
+    The bracket is first scanned on ``n_grid`` points and Brent's method runs on the first
+    interval with a sign change. ``method="authors"`` solves with :func:`solve_authors`;
+    ``kwargs`` go to the solver.
+    """
+    omega, lo, hi, n_grid, solver = _threshold_args(omega, bracket, n_grid, method, kwargs)
+
+    def diff(alpha):
+        s = solver(alpha, omega, "semantic", sigma, lam, A, **kwargs)
+        p = solver(alpha, omega, "positional", sigma, lam, A, **kwargs)
+        return s.eps_t - p.eps_t
+
+    return float(_bracket_root(diff, lo, hi, n_grid, xtol))
+
+
+def alpha_l(
+    omega,
+    sigma=0.5,
+    lam=0.01,
+    A=None,
+    *,
+    bracket=(0.1, 3.0),
+    n_grid=4,
+    xtol=1e-4,
+    method="converged",
+    **kwargs,
+) -> float:
+    """α_l(ω): root of ε_g(semantic) - ε_lin (brentq); ``nan`` if none in ``bracket``.
+
+    ``method="authors"`` uses :func:`solve_authors` and ``eps_lin(..., method="authors")``.
+    """
+    omega, lo, hi, n_grid, solver = _threshold_args(omega, bracket, n_grid, method, kwargs)
+    ref = eps_lin(omega, sigma, A, method=method)
+
+    def diff(alpha):
+        return solver(alpha, omega, "semantic", sigma, lam, A, **kwargs).eps_g - ref
+
+    return float(_bracket_root(diff, lo, hi, n_grid, xtol))

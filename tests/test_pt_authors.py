@@ -1,0 +1,53 @@
+"""Tests of attnlab.theory.phase_transition.authors (pt = phase transition): the authors' procedure."""
+
+import numpy as np
+import pytest
+
+from attnlab.theory import phase_transition as se
+
+FAST = {"n_nodes": 8}  # coarse quadrature: fast, within ~1% of converged values
+
+
+def test_solve_authors_reproduces_their_stored_fixed_points():
+    # Published (Cui et al. 2024, theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.3*.csv, alpha = 2):
+    # (q, V, theta or m, mse = 2 eps_g, Phi = -eps_t). NOT computed here.
+    published = {
+        "semantic": (0.11415017990617564, 12.327885683844869, 0.15856055220203275, 0.0027930868446673918,
+                     -0.003599352337970492),
+        "positional": (0.050012313500147836, 11.036146049061081, 0.25856717789921435, 0.006980917367439443,
+                       -0.004515268863535892),
+    }  # fmt: skip
+    for b, (q, V, overlap, mse, phi) in published.items():
+        r = se.solve_authors(2.0, 0.3, b)
+        assert r.converged and r.rule == "authors"
+        ours = (r.q, r.V, r.theta if b == "semantic" else r.m, 2 * r.eps_g, -r.eps_t)
+        assert np.allclose(ours, (q, V, overlap, mse, phi), rtol=1e-3, atol=0)
+
+
+def test_solve_authors_keeps_theta_where_the_converged_map_loses_it():
+    # Published semantic point at alpha = 0.4573 (omega = 0.3): theta = 0.03312. NOT computed here.
+    r = se.solve_authors(0.4572727272727273, 0.3, "semantic")
+    assert r.theta == pytest.approx(0.033118791200089384, rel=1e-3)
+    assert abs(se.solve(0.4572727272727273, 0.3, "semantic", **FAST).theta) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"alpha": 0.0}, "alpha"), ({"branch": "both"}, "branch"), ({"tol": 0.0}, "tol"),
+     ({"max_iter": 0}, "max_iter"), ({"damping": 1.0}, "damping")],
+)  # fmt: skip
+def test_solve_authors_rejects_bad_input(kwargs, name):
+    args = {"alpha": 1.0, "omega": 0.3, "branch": "semantic"} | kwargs
+    with pytest.raises(ValueError, match=name):
+        se.solve_authors(**args)
+
+
+def test_authors_rule_jumps_at_theta_zero():
+    # same point as test_theta_zero_is_stable_at_small_alpha; theta_new does not vanish with theta
+    q, V, alpha = 0.0274166, 29.5904, 0.345455
+    new = [se.hat_variables(alpha, 0.3, q, 0.0, V, th, method="authors")["theta"] for th in (1e-4, 1e-6)]
+    assert new[0] > 0.005 and new[1] == pytest.approx(new[0], rel=0.05)
+    at_zero = se.hat_variables(alpha, 0.3, q, 0.0, V, 0.0, method="authors")["theta"]
+    assert at_zero == pytest.approx(0, abs=1e-12)  # exactly zero at theta = 0: the map jumps at 0+
+    with pytest.raises(ValueError, match="monte_carlo"):
+        se.hat_variables(alpha, 0.3, q, 0.0, V, 1e-4, method="authors", monte_carlo=1000)

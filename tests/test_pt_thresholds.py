@@ -1,0 +1,66 @@
+"""Tests of attnlab.theory.phase_transition.thresholds (pt = phase transition): eps_lin, alpha_c, alpha_l."""
+
+import pytest
+
+from attnlab.theory import phase_transition as se
+
+
+def test_eps_lin_value_and_scaling():
+    # the spec quotes eps_lin ≈ 0.00197 at omega = 0.3 (Cui et al. 2024)
+    assert se.eps_lin(0.3) == pytest.approx(0.00197, rel=5e-3)
+    assert se.eps_lin(0.0) / se.eps_lin(0.5) == pytest.approx(4.0)
+    assert se.eps_lin(1.0) == 0.0
+    assert se.verify_eps_lin(se.eps_lin(0.2), 0.2) == pytest.approx(se.eps_lin(0.2))
+    with pytest.raises(ValueError, match="answer"):
+        se.verify_eps_lin(0.01, 0.3)
+
+
+def test_eps_lin_authors_is_above_the_true_minimum():
+    exact, theirs = se.eps_lin(0.3), se.eps_lin(0.3, method="authors")
+    assert exact == pytest.approx(0.00197138, rel=1e-4)
+    assert 1.005 < theirs / exact < 1.015  # their B is slightly off the best one
+
+
+def test_branch_curves_shapes():
+    out = se.branch_curves([1.5, 2.0], 0.3, n_nodes=6)
+    assert out["semantic"]["eps_g"].shape == (2,)
+    assert set(out["global"]["branch"]) <= {"semantic", "positional"}
+    assert out["eps_lin"] == pytest.approx(se.eps_lin(0.3))
+
+
+def test_alpha_c_root_finding():
+    a = se.alpha_c(0.3, bracket=(1.1, 1.45), n_grid=2, xtol=1e-2, n_nodes=6)
+    assert 1.15 < a < 1.40
+
+
+def test_thresholds_with_the_authors_method():
+    a = se.alpha_l(0.3, bracket=(1.40, 1.50), n_grid=2, xtol=1e-3, method="authors")
+    assert a == pytest.approx(1.4506, abs=5e-3)  # their table: 1.4506
+    with pytest.raises(ValueError, match="n_nodes"):
+        se.alpha_c(0.3, method="authors", n_nodes=8)
+    with pytest.raises(ValueError, match="method"):
+        se.alpha_l(0.3, method="exact")
+    with pytest.raises(ValueError, match="method"):
+        se.eps_lin(0.3, method="quadpy")
+
+
+def test_thresholds_reject_bad_input():
+    with pytest.raises(ValueError, match="omega"):
+        se.eps_lin(-0.1)
+    with pytest.raises(ValueError, match="alphas"):
+        se.branch_curves([], 0.3)
+    with pytest.raises(ValueError, match="alphas"):
+        se.branch_curves([1.0, -1.0], 0.3)
+    with pytest.raises(ValueError, match="bracket"):
+        se.alpha_c(0.3, bracket=(2.0, 1.0))
+    with pytest.raises(ValueError, match="bracket"):
+        se.alpha_l(0.3, bracket=(0.0, 1.0))
+
+
+def test_phase_diagram_experiment_runs_at_tiny_size():
+    from attnlab.experiments import run
+
+    small = {"n_alpha": 2, "n_omega": 1, "n_nodes": 4, "n_jobs": 1, "alpha_min": 1.5, "alpha_max": 2.0}
+    res = run("pt_phase_diagram", "book", overrides=small, cache=False)
+    assert len(res.rows) == 2
+    assert set(res.column("global")) <= {"semantic", "positional"}
