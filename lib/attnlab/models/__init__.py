@@ -9,17 +9,18 @@ library is defined here (and nowhere else):
 - :mod:`attnlab.models.softmax_attention` — Part II (paper B): tied low-rank softmax attention
   and the purely positional linear baseline.
 - :mod:`attnlab.models.linear_transformer` — Part III (paper C): multi-layer linear transformers
-  for in-context regression (one model or a batch), their parameterisations and the decayed-key
-  variant; :mod:`attnlab.models.gd_constructions` — the hand-set GD / GD++ weights.
+  for in-context regression (one model or a batch), their parameterisations, and the decayed-key
+  variant (:mod:`attnlab.models.decayed_linear_transformer`); :mod:`attnlab.models.gd_constructions`
+  — the hand-set GD / GD++ weights.
 """
 
+from attnlab.models.decayed_linear_transformer import DecayedLinearTransformer
 from attnlab.models.gd_constructions import gd_construction, gdpp_construction, gdpp_schedule, one_step_gd
 from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.models.linear_transformer import (
     LT_DIAG_MODES,
     LT_PARAMS,
     PARAMETERISATIONS,
-    DecayedLinearTransformer,
     LinearTransformer,
     default_init_scale,
     fast_inputs,
