@@ -11,7 +11,7 @@ def _quartic_steps(ours_cls, ours_kw, ref_cls, ref_kw, n_steps=7, factors=None):
         torch.randn(5, generator=gen, dtype=torch.float64),
         torch.randn(2, 3, generator=gen, dtype=torch.float64),
     ]
-    targets = [torch.randn_like(p) for p in a]
+    targets = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in a]
     ours = [p.clone().requires_grad_(True) for p in a]
     theirs = [p.clone().requires_grad_(True) for p in a]
     opt = ours_cls([{"params": [ours[0]]}, {"params": [ours[1]], "lr": 0.03}], **ours_kw)
