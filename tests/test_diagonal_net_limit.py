@@ -21,11 +21,11 @@ def test_limit_point_for_a_zero_column_and_checker():
     Qt, vt = dn.gradient_flow(Q0, v0, M, np.array([0.0, 400.0]))
     Q_inf, v_inf = dn.limit_point(Q0, v0, M)
     assert np.abs(Qt[-1] - Q_inf).max() < 1e-4 and np.abs(vt[-1] - v_inf).max() < 1e-4
-    assert dn.check_limit_point(Q_inf, v_inf, Q0, v0, M).startswith("Correct")
+    assert dn.verify_limit_point(Q_inf, v_inf, Q0, v0, M).startswith("Correct")
     with pytest.raises(AssertionError, match="global minimum"):
-        dn.check_limit_point(Q0, v0, Q0, v0, M)
+        dn.verify_limit_point(Q0, v0, Q0, v0, M)
     with pytest.raises(AssertionError, match="delta"):
-        dn.check_limit_point(np.diag(1 / np.array([1.0, 1, 1])) @ M, np.ones(3), Q0, v0, M)
+        dn.verify_limit_point(np.diag(1 / np.array([1.0, 1, 1])) @ M, np.ones(3), Q0, v0, M)
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_limit_point_for_a_zero_column_and_checker():
     [
         (lambda: dn.limit_point(np.zeros((3, 3)), np.zeros(3), np.eye(3)), "saddle"),
         (
-            lambda: dn.check_limit_point(np.eye(3), np.ones(3), np.eye(3), np.ones(3), np.eye(3), atol=0),
+            lambda: dn.verify_limit_point(np.eye(3), np.ones(3), np.eye(3), np.ones(3), np.eye(3), atol=0),
             "atol",
         ),
     ],

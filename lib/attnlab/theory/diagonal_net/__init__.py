@@ -42,7 +42,7 @@ from attnlab.theory.diagonal_net.closed_form import (
 )
 from attnlab.theory.diagonal_net.escape import escape_matrix, escape_rates, sign_rule
 from attnlab.theory.diagonal_net.flow import gradient_descent, gradient_flow, gradient_flow_tf, plateau_time
-from attnlab.theory.diagonal_net.limit import check_limit_point, limit_point
+from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point
 from attnlab.theory.diagonal_net.rates import (
     asymptotic_rate,
     asymptotic_rate_df,
@@ -83,7 +83,7 @@ __all__ = [
     "plateau_time",
     "moment_spectrum",
     "isotropic_constant",
-    "check_limit_point",
+    "verify_limit_point",
     "escape_matrix",
     "escape_rates",
     "sign_rule",

@@ -14,7 +14,7 @@ from attnlab.theory.diagonal_net.flow import ATOL, RTOL, integrate
 from attnlab.theory.diagonal_net.reduction import delta, grad_P_df, grad_P_tf, l_tf, moment_spectrum
 from attnlab.validation import check_positive
 
-__all__ = ["limit_point", "check_limit_point"]
+__all__ = ["limit_point", "verify_limit_point"]
 
 
 def _signs_from_flow(Q0, v0, M, S, t_max):
@@ -96,7 +96,7 @@ def limit_point(Q0, v0, M, *, S=None, t_max: float = 1e4):
     return Q_inf, v_inf
 
 
-def check_limit_point(Q_answer, v_answer, Q0, v0, M, *, atol: float = 1e-6) -> str:
+def verify_limit_point(Q_answer, v_answer, Q0, v0, M, *, atol: float = 1e-6) -> str:
     """Exercise checker (chapter 3): is ``(Q_answer, v_answer)`` where gradient flow from
     ``(Q0, v0)`` ends?
 
