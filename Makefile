@@ -99,5 +99,10 @@ lab: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# Every chapter rewritten once in the exact style jupytext writes (cell options folded into one
+# line each), so that saving an unchanged chapter in JupyterLab leaves `git diff` empty.
+normalize: $(STAMP)
+	$(BIN)/python tests/normalize_chapters.py
+
 clean:
 	rm -rf _build

@@ -9,6 +9,11 @@ the kernel runs in this environment, saves the notebook (which writes the paired
 saves an edit made in the ``.ipynb`` (which reaches the ``.md``), and shuts everything down:
 nothing is left running and the port is closed.
 
+``test_saving_an_unchanged_chapter_leaves_no_diff`` opens every chapter through the server, as
+JupyterLab does, saves it unchanged and checks that its ``.md`` is byte for byte the same. It is
+skipped until the chapters are normalised: run ``make normalize`` and set
+``CHAPTERS_NORMALISED = True`` in ``tests/normalize_chapters.py`` (in the same commit).
+
 ``test_make_notebooks_keeps_outputs_and_cell_ids`` runs the command of ``make notebooks``.
 
 Without JupyterLab installed (the ``lab`` extra) the tests skip, except under ``CI=true``.
@@ -418,6 +423,50 @@ def test_lab_runs_a_chapter(tmp_path):
     assert not alive, f"processes left running: {alive}"
     elapsed = time.monotonic() - started
     print(f"lab round trip: {elapsed:.1f} s")
+
+
+def saved_unchanged(source: Path, tmp_path: Path) -> dict[str, str]:
+    """Open every chapter under ``source/book`` through a Jupyter server and save it unchanged.
+
+    Returns, for each chapter whose ``.md`` changed, a unified diff of the change.
+    """
+    import difflib
+
+    root = tmp_path / "project"
+    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb"))
+    shutil.copy(source / "jupytext.toml", root / "jupytext.toml")
+    chapters = sorted(p.relative_to(root).as_posix() for p in (root / "book").rglob("*.md"))
+    before = {name: (root / name).read_text() for name in chapters}
+    server = _start_server(root, tmp_path)
+    try:
+        for name in chapters:
+            status, model = server.api("GET", f"/api/contents/{name}?type=notebook&content=1")
+            assert status == 200 and model["type"] == "notebook", (name, model)
+            status, _ = server.api(
+                "PUT", f"/api/contents/{name}", {"type": "notebook", "content": model["content"]}
+            )
+            assert status == 200, name
+    finally:
+        server.close()
+    changed = {}
+    for name in chapters:
+        after = (root / name).read_text()
+        if after != before[name]:
+            diff = difflib.unified_diff(
+                before[name].splitlines(), after.splitlines(), name, name, lineterm=""
+            )
+            changed[name] = "\n".join(diff)
+    return changed
+
+
+def test_saving_an_unchanged_chapter_leaves_no_diff(tmp_path):
+    import normalize_chapters
+
+    _require_lab()
+    if not normalize_chapters.CHAPTERS_NORMALISED:
+        pytest.skip("chapters not normalised yet: run `make normalize`, then set CHAPTERS_NORMALISED = True")
+    changed = saved_unchanged(ROOT, tmp_path)
+    assert not changed, "saving unchanged chapters changed them:\n" + "\n".join(changed.values())[:3000]
 
 
 def _alive(process) -> bool:
