@@ -36,9 +36,11 @@ from pybtex.plugin import register_plugin
 from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
 from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 ROOT = Path(__file__).resolve().parent.parent
+LOGGER = logging.getLogger(__name__)
 os.environ.setdefault("MATPLOTLIBRC", str(ROOT / "lib" / "attnlab" / "attnlab.mplstyle"))
 
 execution_tables._key2transform["succeeded"] = lambda ok: "passed" if ok is True else "failed"
@@ -110,6 +112,7 @@ class ExecTimeTransform(SphinxPostTransform):
                 else:
                     total += runtime
             if missing:
+                LOGGER.warning(f"exec-time: not executed in this build: {', '.join(missing)}", location=node)
                 node.replace_self(nodes.Text("(not executed in this build)"))
                 continue
             node.replace_self(nodes.Text(f"{total / 60:.1f} min"))
