@@ -9,7 +9,9 @@ save (cell options reordered, YAML re-wrapped), so ``git diff`` shows changes no
    folded into one line: single line breaks become spaces, which changes nothing in Markdown,
    and keeps the YAML readable (jupytext dumps a string with line breaks as one quoted string
    broken by blank lines; a one-line string is wrapped plainly);
-2. the chapter is read and written by jupytext with the project's ``jupytext.toml``.
+2. the kernelspec is written as JupyterLab writes it on save (:data:`KERNELSPEC`: the name,
+   display name and language of ipykernel's ``python3`` kernel, in that order);
+3. the chapter is read and written by jupytext with the project's ``jupytext.toml``.
 
 ``--check`` only reports the chapters that would change (exit 1 if any). ``tests/test_chapters.py``
 checks that every chapter is a fixed point once :data:`CHAPTERS_NORMALISED` is true.
@@ -30,6 +32,9 @@ BOOK = ROOT / "book"
 #: Set to True in the commit that runs ``make normalize`` on the chapters: from then on the
 #: round-trip tests (tests/test_chapters.py, tests/test_lab.py) run instead of being skipped.
 CHAPTERS_NORMALISED = False
+
+#: The kernelspec JupyterLab writes into a chapter it saves (from ipykernel's kernel.json).
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 _LINE_BREAK = re.compile(r"(?<!\n)\n(?!\n)")
 
@@ -57,6 +62,7 @@ def write(nb) -> str:
 def normalize(text: str) -> str:
     """The chapter ``text`` in jupytext's exact style, with cell options folded (see above)."""
     nb = jupytext.reads(text, fmt="md:myst")
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     for cell in nb.cells:
         cell.metadata = _fold(dict(cell.metadata))
     return write(nb)

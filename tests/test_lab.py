@@ -14,6 +14,11 @@ JupyterLab does, saves it unchanged and checks that its ``.md`` is byte for byte
 skipped until the chapters are normalised: run ``make normalize`` and set
 ``CHAPTERS_NORMALISED = True`` in ``tests/normalize_chapters.py`` (in the same commit).
 
+``test_lab_ui_saves_a_chapter_unchanged`` does the same in JupyterLab itself, driven in Debian's
+Chromium: it opens one chapter per part (jupyterlab-myst renders it), presses Ctrl+S, and checks
+that the ``.md`` is unchanged (the frontend rewrites the kernelspec, which ``make normalize``
+writes as JupyterLab does). Same switch; it also needs chromium.
+
 ``test_make_notebooks_keeps_outputs_and_cell_ids`` runs the command of ``make notebooks``.
 
 Without JupyterLab installed (the ``lab`` extra) the tests skip, except under ``CI=true``.
@@ -467,6 +472,57 @@ def test_saving_an_unchanged_chapter_leaves_no_diff(tmp_path):
         pytest.skip("chapters not normalised yet: run `make normalize`, then set CHAPTERS_NORMALISED = True")
     changed = saved_unchanged(ROOT, tmp_path)
     assert not changed, "saving unchanged chapters changed them:\n" + "\n".join(changed.values())[:3000]
+
+
+#: Chapters the UI test opens and saves: one per part, the one with the most figure captions.
+UI_CHAPTERS = ["book/intro.md", "book/linear-nn/reduction.md", "book/phase-transition/04-phase-diagram.md",
+               "book/in-context/04-mixed-noise.md"]  # fmt: skip
+
+
+def ui_saved_unchanged(source: Path, tmp_path: Path, chapters=UI_CHAPTERS) -> dict[str, str]:
+    """Open each chapter in JupyterLab (Chromium), save it with Ctrl+S; return the changed ones."""
+    from playwright.sync_api import sync_playwright
+
+    root = tmp_path / "project"
+    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb"))
+    shutil.copy(source / "jupytext.toml", root / "jupytext.toml")
+    before = {name: (root / name).read_text() for name in chapters}
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    server = _start_server(root, tmp_path)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"], headless=True)
+            try:
+                for name in chapters:
+                    page = browser.new_page(viewport={"width": 1280, "height": 900})
+                    page.goto(f"{server.base}/lab/tree/{name}?token={server.token}")
+                    page.wait_for_selector(".jp-Notebook .jp-Cell >> visible=true", timeout=STARTUP_S * 1000)
+                    page.wait_for_timeout(3000)  # let the extensions (jupytext, myst) settle
+                    page.locator(".jp-Notebook >> visible=true").first.click()
+                    page.keyboard.press("Control+s")
+                    page.wait_for_function(
+                        "document.querySelectorAll('.jp-mod-dirty').length === 0", timeout=CELL_S * 1000
+                    )
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        server.close()
+    return {name: (root / name).read_text() for name in chapters if (root / name).read_text() != before[name]}
+
+
+def test_lab_ui_saves_a_chapter_unchanged(tmp_path):
+    import normalize_chapters
+
+    _require_lab()
+    if not normalize_chapters.CHAPTERS_NORMALISED:
+        pytest.skip("chapters not normalised yet: run `make normalize`, then set CHAPTERS_NORMALISED = True")
+    if not Path(shutil.which("chromium") or "/usr/bin/chromium").exists():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("the lab UI check needs Debian's chromium under CI=true")
+        pytest.skip("the lab UI check needs Debian's chromium")
+    changed = ui_saved_unchanged(ROOT, tmp_path)
+    assert not changed, f"saving in JupyterLab changed {sorted(changed)}"
 
 
 def _alive(process) -> bool:
