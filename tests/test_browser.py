@@ -167,8 +167,8 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     }
 
 
-#: A row of a table printed as text: three or more cells separated by runs of spaces, one a number.
-_ROW = re.compile(r"^\s*\S+(?:\s{2,}\S+){2,}\s*$")
+#: A row of a table printed as text: three or more cells separated by runs of spaces, with numbers.
+_GAP = re.compile(r"\S\s{2,}(?=\S)")
 _NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:e[-+]?\d+)?")
 #: A label or MyST markup left in a caption: "(theorem thm-rs)", "{eq}`...`", "$...$", "\\alpha".
 _RAW_CAPTION = re.compile(
@@ -178,7 +178,9 @@ _RAW_CAPTION = re.compile(
 
 def _looks_like_a_table(text: str) -> bool:
     """Three or more lines of aligned columns with numbers: a DataFrame or a table printed as text."""
-    rows = [line for line in text.splitlines() if _ROW.match(line) and _NUMBER.search(line)]
+    rows = [
+        line for line in text.splitlines() if len(_GAP.findall(line)) >= 2 and len(_NUMBER.findall(line)) >= 2
+    ]
     return len(rows) >= 3
 
 
@@ -321,6 +323,14 @@ def test_looks_like_a_table():
     frame = "   alpha   ours  paper\n0    0.1  0.0086  0.009\n1    0.2  0.012  0.011\n2    0.3  0.02  0.02"
     assert _looks_like_a_table(frame)
     assert not _looks_like_a_table("step 10: loss 0.12\nstep 20: loss 0.05\ndone")
+    pairs = (
+        "  noise  ConstRR  AdaRR\n  U1  0.0086/ 0.009  0.0028/ 0.003\n"
+        "  U2  0.0634/ 0.066  0.0160/ 0.016\n  U3  0.15/ 0.16  0.03/ 0.04"
+    )
+    assert _looks_like_a_table(pairs)
+    assert not _looks_like_a_table(
+        "max |f - y| = 1.2e-15\nlargest relative deviation: 11.4% (tuned at uniform:2)"
+    )
     assert _raw_label("Fig. 2 The loss (theorem thm-rs) at alpha") and _raw_label("with $\\alpha$")
     assert not _raw_label("Fig. 1.2 The test error of GD++ against α for three seeds.")
 
