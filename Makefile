@@ -19,8 +19,10 @@ LAB_PORT ?= 8888
 # Experiments cache their results by configuration; a test run starts from an empty cache.
 export ATTNLAB_CACHE := $(CURDIR)/_build/cache
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# The book's figure style for every matplotlib figure of every chapter (nbval, build, lab).
+export MATPLOTLIBRC := $(CURDIR)/lib/attnlab/attnlab.mplstyle
 
-.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench
+.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench pdf singlehtml normalize
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +42,7 @@ book: $(STAMP)
 
 test: $(STAMP)
 	rm -rf $(ATTNLAB_CACHE)
-	$(MAKE) --no-print-directory lint unit nbval build browser
+	$(MAKE) --no-print-directory lint unit nbval build singlehtml browser
 	@echo "make test: all checks passed"
 
 lint: $(STAMP)
@@ -65,6 +67,18 @@ build: $(STAMP)
 browser: $(STAMP)
 	$(BIN)/python -m pytest tests/test_browser.py -q
 
+# The whole book on one page (_build/singlehtml), written from the HTML build's environment in
+# _build/.doctrees: no chapter is read or executed again (run `make book` first).
+singlehtml: $(STAMP)
+	test -f _build/.doctrees/environment.pickle || $(BUILD)
+	rm -rf _build/singlehtml
+	$(BIN)/jupyter-book build . -W --keep-going --builder singlehtml
+
+# The book as one PDF for the reading group, _build/pdf/solvable-attention.pdf: the single page
+# printed by Debian's Chromium (playwright), offline, with typeset math and the figures.
+pdf: singlehtml
+	$(BIN)/python tests/print_pdf.py
+
 # The paired notebook next to every chapter (git-ignored). The .md stays the source: --update
 # takes the inputs from the .md and keeps the outputs and cell ids of an existing .ipynb.
 # --use-source-timestamp gives the .ipynb its .md's time: Jupyter (jupytext) refuses to open a
@@ -84,6 +98,11 @@ lab: $(STAMP)
 # instead) or --book (also executes every chapter, a few minutes more).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# Every chapter rewritten once in the exact style jupytext writes (cell options folded into one
+# line each), so that saving an unchanged chapter in JupyterLab leaves `git diff` empty.
+normalize: $(STAMP)
+	$(BIN)/python tests/normalize_chapters.py
 
 clean:
 	rm -rf _build

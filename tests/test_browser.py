@@ -2,9 +2,16 @@
 
 For each page of ``_build/html``: the math is typeset by the local MathJax (no raw TeX left),
 every image loaded, every figure has alt text, every internal link resolves, no request left
-127.0.0.1, and the console shows no error. Clicking through the sidebar reaches every chapter of
-the table of contents, and a solution dropdown opens on click. Screenshots of the intro and of
-the first chapter of each part are saved into ``_build/screenshots``.
+127.0.0.1, and the console shows no error. What a reader of the results sees: no table printed as
+preformatted text in a chapter's output, no figure wider than the text column (shown scaled
+down), no figure caption with a raw label or raw MyST, and no header button (launch, repository)
+that points to another host. Clicking through the sidebar reaches every chapter of the table of
+contents, and a solution dropdown opens on click. Screenshots of the intro and of the first
+chapter of each part are saved into ``_build/screenshots``.
+
+The PDF (``make pdf``: the single-page build, printed by the same Chromium) has more than
+:data:`MIN_PDF_PAGES` pages, every formula typeset and no raw TeX; its first pages are saved as
+images into ``_build/screenshots`` (with poppler's ``pdftoppm``).
 
 The browser is Debian's ``chromium`` driven by Python playwright (never ``playwright install``).
 Without it the test skips with a message, except under ``CI=true``, where it fails.
@@ -15,7 +22,9 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
+import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -28,6 +37,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
+SINGLE = ROOT / "_build" / "singlehtml"
+MIN_PDF_PAGES = 100
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -118,6 +129,23 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     no_alt = page.evaluate(
         "Array.from(document.querySelectorAll('main figure img')).filter(i => !i.alt.trim()).map(i => i.src)"
     )
+    outputs = page.evaluate(
+        "Array.from(document.querySelectorAll('main .cell_output pre')).map(p => p.innerText)"
+    )
+    # A figure drawn wider than the column is shown scaled down, its fonts with it.
+    wide = page.evaluate(
+        """Array.from(document.querySelectorAll('main .cell_output img, main figure img'))
+             .filter(i => i.naturalWidth > 1.05 * i.getBoundingClientRect().width + 2)
+             .map(i => `${i.src.split('/').pop()} (${i.naturalWidth} px shown at ${
+               Math.round(i.getBoundingClientRect().width)} px)`)"""
+    )
+    captions = page.evaluate(
+        "Array.from(document.querySelectorAll('main figcaption')).map(c => c.innerText.trim())"
+    )
+    buttons = page.evaluate(
+        "Array.from(document.querySelectorAll('.article-header-buttons a[href], .header-article a[href]'))"
+        ".map(a => a.href)"
+    )
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
@@ -132,7 +160,32 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "errors": errors,
         "links": internal,
         "no_alt": no_alt,
+        "text_tables": [t for t in outputs if _looks_like_a_table(t)],
+        "wide": wide,
+        "raw_captions": [c for c in captions if _raw_label(c)],
+        "away": [b for b in buttons if urlparse(b).netloc not in (host, "")],
     }
+
+
+#: A row of a table printed as text: three or more cells separated by runs of spaces, with numbers.
+_GAP = re.compile(r"\S\s{2,}(?=\S)")
+_NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:e[-+]?\d+)?")
+#: A label or MyST markup left in a caption: "(theorem thm-rs)", "{eq}`...`", "$...$", "\\alpha".
+_RAW_CAPTION = re.compile(
+    r"\b(?:thm|fig|eq|ex|sol|def|lem|sec|tab|prop|cor)-[a-z0-9][a-z0-9-]*|\{[a-z:-]+\}`|\$|\\[a-zA-Z]+|:label:"
+)
+
+
+def _looks_like_a_table(text: str) -> bool:
+    """Three or more lines of aligned columns with numbers: a DataFrame or a table printed as text."""
+    rows = [
+        line for line in text.splitlines() if len(_GAP.findall(line)) >= 2 and len(_NUMBER.findall(line)) >= 2
+    ]
+    return len(rows) >= 3
+
+
+def _raw_label(caption: str) -> bool:
+    return bool(_RAW_CAPTION.search(caption))
 
 
 def _status(url: str) -> int:
@@ -172,6 +225,16 @@ def test_every_page_renders_offline(server, browser):
             problems.append(f"{rel}: requests to other hosts: {seen['foreign'][:3]}")
         if seen["errors"]:
             problems.append(f"{rel}: console errors: {seen['errors'][:3]}")
+        for text in seen["text_tables"]:
+            problems.append(
+                f"{rel}: a table printed as text (show a DataFrame, attnlab.tables):\n{text[:300]}"
+            )
+        if seen["wide"]:
+            problems.append(f"{rel}: figures wider than the text column: {seen['wide']}")
+        if seen["raw_captions"]:
+            problems.append(f"{rel}: captions with raw labels or markup: {seen['raw_captions']}")
+        if seen["away"]:
+            problems.append(f"{rel}: header buttons pointing to another host: {seen['away']}")
     for link in sorted(links):
         if _status(link) != 200:
             problems.append(f"internal link does not resolve: {link}")
@@ -228,6 +291,19 @@ def test_screenshot_of_each_part(server, browser):
         assert shot.exists() and shot.stat().st_size > 10_000
 
 
+def test_one_search_box_and_a_favicon(server, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{server}/book/intro.html")
+    boxes = page.evaluate(
+        "Array.from(document.querySelectorAll('.search-button-field, input[type=search]'))"
+        ".filter(e => e.offsetParent !== null).length"
+    )
+    icon = page.evaluate("(document.querySelector('link[rel~=icon]') || {}).href || ''")
+    page.close()
+    assert boxes == 1, f"{boxes} search boxes are visible on the intro"
+    assert icon and _status(icon) == 200, f"the favicon {icon!r} does not load"
+
+
 def test_root_redirects_to_the_intro(server, browser):
     page = browser.new_page()
     page.goto(f"{server}/index.html")
@@ -241,3 +317,54 @@ def test_intro_shows_rendered_math_and_is_captured(server, browser):
     assert seen["typeset"] > 0, "the intro page must show typeset math"
     assert not seen["foreign"] and not seen["errors"] and not seen["broken"]
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_looks_like_a_table():
+    frame = "   alpha   ours  paper\n0    0.1  0.0086  0.009\n1    0.2  0.012  0.011\n2    0.3  0.02  0.02"
+    assert _looks_like_a_table(frame)
+    assert not _looks_like_a_table("step 10: loss 0.12\nstep 20: loss 0.05\ndone")
+    pairs = (
+        "  noise  ConstRR  AdaRR\n  U1  0.0086/ 0.009  0.0028/ 0.003\n"
+        "  U2  0.0634/ 0.066  0.0160/ 0.016\n  U3  0.15/ 0.16  0.03/ 0.04"
+    )
+    assert _looks_like_a_table(pairs)
+    assert not _looks_like_a_table(
+        "max |f - y| = 1.2e-15\nlargest relative deviation: 11.4% (tuned at uniform:2)"
+    )
+    assert _raw_label("Fig. 2 The loss (theorem thm-rs) at alpha") and _raw_label("with $\\alpha$")
+    assert not _raw_label("Fig. 1.2 The test error of GD++ against α for three seeds.")
+
+
+def test_pdf_of_the_whole_book(browser):
+    """``make pdf`` printed by Chromium: > 100 pages, typeset math, no raw TeX, first pages saved."""
+    import print_pdf
+
+    if not (SINGLE / "book" / "intro.html").exists():
+        pytest.fail(f"{SINGLE}/book/intro.html is missing: build the single page first (make pdf)")
+    print_pdf.single_page(SINGLE)
+    with print_pdf.serve(SINGLE) as base:
+        seen = print_pdf.print_book(browser, base, print_pdf.PDF)
+    if shutil.which("pdftoppm"):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                "pdftoppm",
+                "-png",
+                "-r",
+                "60",
+                "-f",
+                "1",
+                "-l",
+                "4",
+                str(print_pdf.PDF),
+                str(SHOTS / "pdf-page"),
+            ],
+            check=True,
+            timeout=120,
+        )
+        assert len(list(SHOTS.glob("pdf-page-*.png"))) == 4
+    assert seen["pages"] > MIN_PDF_PAGES, f"the PDF has {seen['pages']} pages"
+    assert seen["typeset"] > 100 and not seen["raw"], f"raw TeX in the PDF's text: {seen['raw']}"
+    assert not seen["foreign"], seen["foreign"][:3]
+    if shutil.which("pdftoppm") is None:
+        _unavailable("no pdftoppm (Debian's poppler-utils) to save the PDF's first pages as images")

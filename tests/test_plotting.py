@@ -63,3 +63,43 @@ def test_bad_input():
     with pytest.raises(ValueError, match="A must be array-like"):
         plotting.attention_map(ax, [["a", "b"]])
     plt.close(fig)
+
+
+def test_style_file_is_the_style():
+    plotting.use_style()
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()
+    assert (
+        cycle["color"][0].upper() == "#0072B2"
+        and len(set(zip(cycle["color"], cycle["linestyle"], strict=True))) == 8
+    )
+    assert len(set(cycle["linestyle"])) == 4, "lines must differ by line style as well as by colour"
+    sizes = ["font.size", "axes.labelsize", "legend.fontsize", "xtick.labelsize", "ytick.labelsize"]
+    assert min(float(matplotlib.rcParams[k]) for k in sizes) >= 9
+    assert matplotlib.rcParams["figure.figsize"][0] <= plotting.MAX_WIDTH
+
+
+def test_styles_differ_without_colour():
+    pairs = [(s["linestyle"], s["marker"]) for name, s in plotting.STYLES.items() if name != "theory"]
+    for group in (["gd", "gdpp", "diag", "full"], ["semantic", "positional", "linear"]):
+        looks = {(plotting.STYLES[g]["linestyle"], plotting.STYLES[g]["marker"]) for g in group}
+        assert len(looks) == len(group), group
+    assert len(pairs) == len(plotting.STYLES) - 1
+
+
+def test_wide_figures_fit_the_text_column():
+    plotting.use_style()
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2), sharey=True)
+    assert axes.shape == (4,) and fig.get_size_inches()[0] == plotting.MAX_WIDTH
+    rows = {round(ax.get_position().y0, 3) for ax in axes}
+    assert len(rows) == 2, "four panels in a row become two rows"
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    assert axes.shape == (3,) and tuple(fig.get_size_inches()) == (plotting.MAX_WIDTH, 3.2)
+    assert len({round(ax.get_position().y0, 3) for ax in axes}) == 1
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 5, figsize=(12, 3))
+    assert axes.shape == (5,) and len(fig.axes) == 5
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(5, 3))
+    assert tuple(fig.get_size_inches()) == (5, 3)
+    plt.close(fig)

@@ -1,6 +1,13 @@
 """One figure style for the whole book, and the plots every part needs.
 
-- :func:`use_style` sets the style (called by every helper, so a chapter need not).
+- :func:`use_style` applies the style of ``attnlab.mplstyle`` (every helper calls it, so a chapter
+  need not; the book build, nbval and ``make lab`` also name the file in ``MATPLOTLIBRC``, so that
+  every figure gets it): Okabe–Ito colours each paired with a line style, fonts of at least 9 pt.
+- :func:`fit_text_column`, run on every new pyplot figure (the style's ``figure.hooks``), keeps a
+  figure within the text column: at most :data:`MAX_WIDTH` inches wide, and a row of four or
+  more panels is laid out as a grid of two rows.
+- :data:`STYLES`: colour, line style and marker of each categorical distinction of the book
+  (``ax.plot(x, y, **plotting.STYLES["gdpp"])``), so that no two differ by colour alone.
 - :func:`loss_curve`: a loss against steps or time on a log scale.
 - :func:`attention_map`: a heatmap of an attention matrix with labelled tokens.
 - :func:`theory_vs_experiment`: a theory line with experiment means and error bars.
@@ -8,7 +15,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
@@ -16,41 +25,75 @@ import numpy as np
 
 from attnlab.validation import check_shape
 
-#: Colours used consistently across the book (colour-blind safe, Okabe–Ito).
-COLORS = {
-    "theory": "#000000",
-    "semantic": "#0072B2",
-    "positional": "#D55E00",
-    "linear": "#009E73",
-    "gd": "#CC79A7",
-    "gdpp": "#E69F00",
-    "diag": "#56B4E9",
-    "full": "#0072B2",
-    "baseline": "#999999",
+#: The style file (a matplotlibrc), the one source of the book's figure style.
+STYLE_FILE = Path(__file__).with_name("attnlab.mplstyle")
+
+#: Widest figure in inches: the book's text column (672 CSS px at 96 dpi is 7 in; 6.8 leaves room
+#: for a label that the tight bounding box of the inline backend adds outside the figure).
+MAX_WIDTH = 6.8
+
+#: Okabe–Ito colours (colour-blind safe).
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky blue": "#56B4E9",
+    "bluish green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish purple": "#CC79A7",
 }
 
-STYLE = {
-    "figure.figsize": (6.0, 3.6),
-    "figure.dpi": 110,
-    "savefig.dpi": 150,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
-    "legend.fontsize": 9,
-    "legend.frameon": False,
-    "xtick.labelsize": 9,
-    "ytick.labelsize": 9,
-    "lines.linewidth": 1.8,
-    "image.cmap": "viridis",
+#: Each categorical distinction of the book: its colour, line style and marker.
+STYLES = {
+    "theory": {"color": OKABE_ITO["black"], "linestyle": "-", "marker": None},
+    "semantic": {"color": OKABE_ITO["blue"], "linestyle": "-", "marker": "o"},
+    "positional": {"color": OKABE_ITO["vermillion"], "linestyle": "--", "marker": "s"},
+    "linear": {"color": OKABE_ITO["bluish green"], "linestyle": "-.", "marker": "^"},
+    "gd": {"color": OKABE_ITO["reddish purple"], "linestyle": "-", "marker": "o"},
+    "gdpp": {"color": OKABE_ITO["orange"], "linestyle": "--", "marker": "s"},
+    "diag": {"color": OKABE_ITO["sky blue"], "linestyle": "-.", "marker": "^"},
+    "full": {"color": OKABE_ITO["blue"], "linestyle": ":", "marker": "D"},
+    "baseline": {"color": "#999999", "linestyle": ":", "marker": "x"},
 }
+
+#: The colour of each distinction (``STYLES[name]["color"]``).
+COLORS = {name: style["color"] for name, style in STYLES.items()}
+
+#: The book's style as matplotlib rcParams (read from :data:`STYLE_FILE`).
+STYLE = dict(mpl.rc_params_from_file(str(STYLE_FILE), use_default_template=False))
 
 
 def use_style() -> None:
     """Apply the book's matplotlib style."""
     mpl.rcParams.update(STYLE)
+
+
+def fit_text_column(fig) -> None:
+    """Keep ``fig`` within the text column (a ``figure.hooks`` entry of the book's style).
+
+    A figure wider than :data:`MAX_WIDTH` is narrowed to it. If it is then filled by
+    ``fig.subplots`` (as ``plt.subplots`` does) with one row of four or more panels, the panels
+    are laid out in two rows instead; the axes come back as the same flat array, in order.
+    """
+    width, height = fig.get_size_inches()
+    if width <= MAX_WIDTH:
+        return
+    fig.set_size_inches(MAX_WIDTH, height)
+    subplots = fig.subplots
+
+    def grid_subplots(nrows=1, ncols=1, *, squeeze=True, gridspec_kw=None, **kwargs):
+        reflow = nrows == 1 and ncols >= 4 and squeeze and not (gridspec_kw or {}).get("width_ratios")
+        if not reflow:
+            return subplots(nrows, ncols, squeeze=squeeze, gridspec_kw=gridspec_kw, **kwargs)
+        columns = math.ceil(ncols / 2)
+        axes = subplots(2, columns, squeeze=False, gridspec_kw=gridspec_kw, **kwargs).ravel()
+        for extra in axes[ncols:]:
+            extra.remove()
+        fig.set_size_inches(MAX_WIDTH, min(2 * height, 1.1 * MAX_WIDTH))
+        return axes[:ncols]
+
+    fig.subplots = grid_subplots
 
 
 def _as_numpy(name: str, x) -> np.ndarray:
