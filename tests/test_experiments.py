@@ -138,6 +138,7 @@ def test_cli_main_runs_and_writes(tmp_path, capsys):
     loaded = ex.load_result("toy_square", "paper", directory=tmp_path)
     assert loaded.config["n"] == 2 and len(loaded.rows) == 2
     assert "--set n=2" in loaded.meta["command"]
+    assert "--out" not in loaded.meta["command"] and str(tmp_path) not in loaded.meta["command"]
     assert _core.main(["list"]) == 0
     assert "toy_square" in capsys.readouterr().out
 

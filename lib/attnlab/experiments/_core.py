@@ -276,6 +276,19 @@ def load_result(name: str, scale: str = "paper", directory: str | os.PathLike | 
     return Result(name, scale, meta["config"], rows, meta.get("attnlab_version", "?"), meta)
 
 
+def _without_out(args: Sequence[str]) -> list[str]:
+    """The command-line words less ``--out DIR``: a result records how to reproduce it, not where it went."""
+    words, skip = [], False
+    for word in args:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True
+        elif not word.startswith("--out="):
+            words.append(word)
+    return words
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command-line interface (``python -m attnlab.experiments``)."""
     import argparse
@@ -309,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scheduler:
         os.environ["ATTNLAB_SCHEDULER"] = args.scheduler
     result = run(args.name, args.scale, device=args.device, overrides=overrides, cache=not args.no_cache)
-    command = "python -m attnlab.experiments " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python -m attnlab.experiments " + " ".join(
+        shlex.quote(a) for a in _without_out(argv or sys.argv[1:])
+    )
     path = write_result(result, args.out, command=command)
     print(f"wrote {path} ({len(result.rows)} rows)")
     return 0
