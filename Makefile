@@ -45,9 +45,16 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory lint unit nbval build singlehtml browser
 	@echo "make test: all checks passed"
 
+# ruff on the library and, through notebooks converted into a scratch folder, on the chapters' code
+# at the width of the text column (88). `make normalize` formats the chapters' code cells.
+LINTDIR := _build/lint
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks
 	$(BIN)/ruff format --check lib tests benchmarks
+	rm -rf $(LINTDIR)
+	$(BIN)/python tests/convert_chapters.py $(LINTDIR) >/dev/null
+	$(BIN)/ruff check --config "line-length = 88" $$(find $(LINTDIR) -name '*.ipynb' | sort)
+	$(BIN)/python tests/normalize_chapters.py --check
 
 # Library tests and the chapter-format checks (jupytext header, conversion), on both cores.
 unit: $(STAMP)

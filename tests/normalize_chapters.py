@@ -11,7 +11,9 @@ save (cell options reordered, YAML re-wrapped), so ``git diff`` shows changes no
    broken by blank lines; a one-line string is wrapped plainly);
 2. the kernelspec is written as JupyterLab writes it on save (:data:`KERNELSPEC`: the name,
    display name and language of ipykernel's ``python3`` kernel, in that order);
-3. the chapter is read and written by jupytext with the project's ``jupytext.toml``.
+3. every code cell is formatted by ruff's formatter at :data:`LINE_LENGTH` characters, the width
+   of the book's text column (``make lint`` checks the chapters' code with ruff at that width);
+4. the chapter is read and written by jupytext with the project's ``jupytext.toml``.
 
 ``--check`` only reports the chapters that would change (exit 1 if any). ``tests/test_chapters.py``
 checks that every chapter is a fixed point once :data:`CHAPTERS_NORMALISED` is true.
@@ -20,6 +22,8 @@ checks that every chapter is a fixed point once :data:`CHAPTERS_NORMALISED` is t
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +40,9 @@ CHAPTERS_NORMALISED = False
 #: The kernelspec JupyterLab writes into a chapter it saves (from ipykernel's kernel.json).
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
+#: The chapters' code width: what fits the text column of the web book and of the PDF.
+LINE_LENGTH = 88
+
 _LINE_BREAK = re.compile(r"(?<!\n)\n(?!\n)")
 
 
@@ -47,6 +54,29 @@ def _fold(value):
     if isinstance(value, list):
         return [_fold(v) for v in value]
     return value
+
+
+def _ruff() -> str:
+    here = Path(sys.executable).parent / "ruff"
+    found = str(here) if here.exists() else shutil.which("ruff")
+    if found is None:
+        raise RuntimeError("ruff is not installed (it comes with the project's test extra)")
+    return found
+
+
+def format_code(source: str) -> str:
+    """``source`` (one code cell) as ruff's formatter writes it at :data:`LINE_LENGTH` characters."""
+    if not source.strip():
+        return source
+    done = subprocess.run(
+        [_ruff(), "format", "--line-length", str(LINE_LENGTH), "--stdin-filename", "cell.py", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return done.stdout.rstrip("\n")
 
 
 def config():
@@ -65,6 +95,8 @@ def normalize(text: str) -> str:
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     for cell in nb.cells:
         cell.metadata = _fold(dict(cell.metadata))
+        if cell.cell_type == "code":
+            cell.source = format_code(cell.source)
     return write(nb)
 
 
