@@ -100,3 +100,16 @@ def test_summarize_standard_errors_by_hand():
     pos = out[1.5, "positional"]
     assert pos["eps_g"] == 4.0 and pos["eps_g_se"] == pytest.approx(1.0, rel=1e-12)  # sqrt(2)/sqrt(2)
     assert np.isnan(out[2.0, "semantic"]["eps_g_se"])  # one run: no standard error
+
+
+def test_m_zero_is_invariant_for_the_alternative_A():
+    """m = 0 is invariant for any A (content reflection z -> -z, S(-h) = S(h)), including the
+    appendix's A, which is not swap-symmetric: m_hat(0) = 0 and m_hat is odd in m, while theta_hat
+    is not zero (a generic point)."""
+    A_alt = [[0.3, 0.7], [0.8, 0.2]]
+    at = {m: se.hat_variables(1.5, 0.3, 0.08, m, 20.0, 0.05, A=A_alt, n_nodes=12) for m in (0.0, 0.1, -0.1)}
+    assert abs(at[0.0]["m_hat"]) < 1e-12 * abs(at[0.1]["m_hat"]) + 1e-15
+    assert at[0.1]["m_hat"] == pytest.approx(-at[-0.1]["m_hat"], rel=1e-9) and abs(at[0.1]["m_hat"]) > 1e-3
+    assert at[0.0]["theta_hat"] > 1e-3
+    mc = se.hat_variables(1.5, 0.3, 0.08, 0.0, 20.0, 0.05, A=A_alt, monte_carlo=100_000, seed=3)
+    assert abs(mc["m_hat"]) < 0.05 * abs(at[0.1]["m_hat"])  # sampling noise only
