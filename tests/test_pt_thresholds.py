@@ -10,9 +10,9 @@ def test_eps_lin_value_and_scaling():
     assert se.eps_lin(0.3) == pytest.approx(0.00197, rel=5e-3)
     assert se.eps_lin(0.0) / se.eps_lin(0.5) == pytest.approx(4.0)
     assert se.eps_lin(1.0) == 0.0
-    assert se.check_eps_lin(se.eps_lin(0.2), 0.2) == pytest.approx(se.eps_lin(0.2))
+    assert se.verify_eps_lin(se.eps_lin(0.2), 0.2) == pytest.approx(se.eps_lin(0.2))
     with pytest.raises(ValueError, match="answer"):
-        se.check_eps_lin(0.01, 0.3)
+        se.verify_eps_lin(0.01, 0.3)
 
 
 def test_eps_lin_authors_is_above_the_true_minimum():

@@ -7,7 +7,8 @@ library is defined here (and nowhere else):
 - :mod:`attnlab.models.linear_attention` — Part I (paper A): one linear self-attention layer on
   one-hot tokens, and the same layer with a softmax for contrast.
 - :mod:`attnlab.models.softmax_attention` — Part II (paper B): tied low-rank softmax attention
-  and the purely positional linear baseline.
+  (token form and fast Gram form, many runs at once), its untied and learned-value variants, the
+  purely positional linear baseline, and the one-layer histogram transformer.
 - :mod:`attnlab.models.linear_transformer` — Part III (paper C): multi-layer linear transformers
   for in-context regression, and the hand-set GD / GD++ weights.
 """
@@ -23,16 +24,27 @@ from attnlab.models.linear_transformer import (
     gdpp_schedule,
     one_step_gd,
 )
-from attnlab.models.softmax_attention import PositionalLinear, TiedLowRankAttention
+from attnlab.models.softmax_attention import (
+    HistogramTransformer,
+    PositionalLinear,
+    TiedLowRankAttention,
+    TiedLowRankAttentionWithValue,
+    TwoTokenData,
+    UntiedLowRankAttention,
+)
 
 __all__ = [
     "LT_DIAG_MODES",
     "LT_PARAMS",
+    "HistogramTransformer",
     "LinearSelfAttention",
     "LinearTransformer",
     "PositionalLinear",
     "SoftmaxSelfAttention",
     "TiedLowRankAttention",
+    "TiedLowRankAttentionWithValue",
+    "TwoTokenData",
+    "UntiedLowRankAttention",
     "default_init_scale",
     "gd_construction",
     "gdpp_construction",

@@ -43,14 +43,13 @@ __all__ = [
     "make_A",
     "positional_encodings",
     "make_teacher",
-    "softmax_attention",
     "target_attention",
     "sample",
     "overlaps",
     "error_from_overlaps",
     "fit_positional_linear",
     "linear_error",
-    "check_overlaps",
+    "verify_overlaps",
 ]
 
 
@@ -77,7 +76,10 @@ def positional_encodings(d: int, *, dtype="float64", device="cpu") -> torch.Tens
 
 @dataclass
 class Teacher:
-    """The target of eq. (eq-target): ``Q_star`` ``[*seeds, d]``, ``omega``, ``A`` ``[2, 2]``, ``sigma``."""
+    """The target of eq. (eq-pt-target): ``Q_star`` ``[*seeds, d]``, ``omega``, ``A`` ``[2, 2]``, ``sigma``.
+
+    ``omega`` is the mixing weight ω of the positional part ``A``.
+    """
 
     Q_star: torch.Tensor
     omega: float
@@ -124,23 +126,14 @@ def make_teacher(
     return Teacher(Q_star, omega, make_A(A, dtype=dtype, device=device), sigma)
 
 
-def softmax_attention(x: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """``softmax_row(x Q Q^T x^T / d)`` for ``x`` ``[..., L, d]`` and ``Q`` ``[..., d, r]``.
-
-    Leading dimensions broadcast (e.g. ``x`` ``[S, n, L, d]`` with ``Q`` ``[S, 1, d, r]``).
-    """
-    d = x.shape[-1]
-    h = x @ Q / math.sqrt(d)  # [..., L, r]
-    return torch.softmax(h @ h.transpose(-1, -2), dim=-1)  # [..., L, L]
-
-
 def target_attention(z: torch.Tensor, Q_star: torch.Tensor, omega: float, A: torch.Tensor) -> torch.Tensor:
-    """``(1 - omega) softmax(z Q* Q*^T z^T / d) + omega A`` for ``z`` ``[*seeds, n, L, d]``.
+    """``(1 - omega) softmax(z Q* Q*^T z^T / d) + omega A`` for ``z`` ``[*seeds, n, L, d]`` (eq-pt-target).
 
-    ``Q_star`` is ``[*seeds, d]`` (rank one); the result is ``[*seeds, n, L, L]``.
+    ``Q_star`` is ``[*seeds, d]`` (rank one); the result is ``[*seeds, n, L, L]``. The semantic part
+    is the attention of :class:`attnlab.models.TiedLowRankAttention` at ``Q = Q*``, fed the content.
     """
-    Qs = Q_star[..., None, :, None]  # [*seeds, 1, d, 1]
-    return (1.0 - omega) * softmax_attention(z, Qs) + omega * A
+    h = z @ Q_star[..., None, :, None] / math.sqrt(z.shape[-1])  # [*seeds, n, L, 1]
+    return (1.0 - omega) * torch.softmax(h @ h.transpose(-1, -2), dim=-1) + omega * A
 
 
 def sample(
@@ -172,7 +165,7 @@ def sample(
 
 
 def overlaps(Q, Q_star, sigma: float = 0.5) -> dict[str, np.ndarray]:
-    """The order parameters of a student ``Q`` (eq. eq-overlaps of chapter 1).
+    """The order parameters of a student ``Q`` (chapter 1, eq-pt-overlaps).
 
     ``Q`` is ``[..., d]`` or ``[..., d, 1]`` (rank one), ``Q_star`` ``[..., d]``. Returns
     ``m = 1^T Q / d`` (positional), ``theta = sigma^2 Q*^T Q / d`` (semantic) and
@@ -202,7 +195,7 @@ def overlaps(Q, Q_star, sigma: float = 0.5) -> dict[str, np.ndarray]:
 def error_from_overlaps(
     m, theta, q, omega: float, *, sigma: float = 0.5, rho: float | None = None, A=None, n_nodes: int = 16
 ) -> np.ndarray:
-    """The test error ``eps_g`` of a student, from its overlaps alone (chapter 1, eq-eps-overlaps).
+    """The test error ``eps_g`` of a student, from its overlaps alone (chapter 1, eq-pt-eps-overlaps).
 
     For Gaussian contents the scores of student and teacher on token ``l`` are
     ``h_l = s_l m + sqrt(q) xi_l`` and ``h*_l = (theta/sqrt(q)) xi_l + sqrt(rho - theta^2/q) eta_l``
@@ -269,7 +262,7 @@ def linear_error(B: torch.Tensor, z: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return (r * r).sum((-1, -2)).mean(-1) / (2 * d)
 
 
-def check_overlaps(answer: dict, *, d: int = 50, sigma: float = 0.5, seed: int = 0) -> str:
+def verify_overlaps(answer: dict, *, d: int = 50, sigma: float = 0.5, seed: int = 0) -> str:
     """Exercise checker (chapter 1): the overlaps of the two *starting points* of GD.
 
     ``answer`` maps ``"positional"`` and ``"semantic"`` to ``(m, theta)`` pairs for

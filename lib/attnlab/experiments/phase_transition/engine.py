@@ -6,17 +6,11 @@ gradient descent (``torch.optim.SGD``, lr 0.15, weight decay ``lam``) on the *su
 ``Q = Q*`` or the positional start ``Q = 1_d/sqrt(d)``. The learning rate multiplies the gradient
 of the *sum* over the ``n = alpha d`` samples, not of the mean; we keep that normalisation.
 
-Two things make the runs cheap and batched:
-
-* **Seeds in one tensor.** ``Q`` has shape ``[n_inits, n_seeds, d, r]`` and every seed (and both
-  starts) is trained at once: the risk is a sum of independent terms, so the gradient of the total
-  is the stack of the per-seed gradients, and GD and Adam (elementwise) act on each seed exactly as
-  if it were trained alone.
-* **Gram reduction.** ``||S X - Y||^2 / d = Tr(S G S^T) - 2 Tr(S P) + c`` with the per-sample
-  ``2 x 2`` matrices ``G = X X^T / d``, ``P = X Y^T / d`` and ``c = ||Y||^2 / d``, computed once.
-  Each step then touches the ``d``-dimensional data only through ``h = X Q / sqrt(d)`` and its
-  adjoint, which is what autograd differentiates. ``tests/test_pt_task.py`` checks
-  the reduced risk and its gradient against :class:`attnlab.models.TiedLowRankAttention`.
+:func:`train_batched` builds one :class:`attnlab.models.TiedLowRankAttention` (or a variant) that
+holds every run at once, ``Q`` of shape ``[n_inits, n_seeds, d, r]``, and trains it with
+:func:`attnlab.train.train` on the per-run risks of its fast (Gram) form
+(:meth:`~attnlab.models.TiedLowRankAttention.risk`); the model documents why this is exact and
+fast. This module only sets up the teachers, the data and the starts, and evaluates the result.
 """
 
 from __future__ import annotations
@@ -26,7 +20,9 @@ import math
 import numpy as np
 import torch
 
+from attnlab.models import TiedLowRankAttention, TiedLowRankAttentionWithValue, UntiedLowRankAttention
 from attnlab.tasks import phase_transition as ps
+from attnlab.train import train
 from attnlab.validation import (
     check_choice,
     check_int,
@@ -40,119 +36,7 @@ from attnlab.validation import (
 INITS = ("semantic", "positional", "random")
 OPTIMIZERS = ("gd", "adam")
 
-__all__ = ["INITS", "train_batched", "gram", "reduced_risk", "rows_from"]
-
-
-def gram(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sample ``G = x x^T / d``, ``P = x y^T / d`` (``[..., n, 2, 2]``) and ``c = ||y||^2 / d``."""
-    d = x.shape[-1]
-    G = x @ x.transpose(-1, -2) / d
-    P = x @ y.transpose(-1, -2) / d
-    c = (y * y).sum((-1, -2)) / d
-    return G, P, c
-
-
-def reduced_risk(S: torch.Tensor, G: torch.Tensor, P: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """Per-sample ``||S x - y||^2 / (2d)`` from the Gram reduction: ``[..., n]``."""
-    SG = S @ G
-    return 0.5 * ((SG * S).sum((-1, -2)) - 2.0 * (S * P.transpose(-1, -2)).sum((-1, -2)) + c)
-
-
-def quadratic_coefficients(G, P, c):
-    """With ``S = [[a, 1-a], [1-b, b]]`` the per-sample risk ``Tr(SGS^T)/2 - Tr(SP) + c/2`` is
-    ``(k2 (a^2 + b^2) + ka a + kb b + k0) / 2``; returns ``(k2, ka, kb, k0)``, each ``[..., n]``."""
-    G11, G12, G22 = G[..., 0, 0], G[..., 0, 1], G[..., 1, 1]
-    P11, P12, P21, P22 = P[..., 0, 0], P[..., 0, 1], P[..., 1, 0], P[..., 1, 1]
-    k2 = G11 - 2 * G12 + G22
-    ka = 2 * (G12 - G22 - P11 + P21)
-    kb = 2 * (G12 - G11 + P12 - P22)
-    k0 = G11 + G22 - 2 * (P12 + P21) + c
-    return k2, ka, kb, k0
-
-
-def _scores(Xt, Qp, n_inits):
-    """``h = X Q / sqrt(d)`` in the fast layout: ``Xt`` ``[S, d, n L]``, ``Qp`` ``[S, I r, d]``.
-
-    Returns ``h`` as ``[I, S, n, L, r]`` (``L = 2``). ``Qp @ Xt`` is one batched matrix product
-    whose backward is another, the only operations that touch the ``d``-dimensional data.
-    """
-    S_, Ir, d = Qp.shape
-    r = Ir // n_inits
-    h = (Qp @ Xt) * d**-0.5  # [S, I r, n L]
-    return h.view(S_, n_inits, r, -1, ps.L_TOKENS).permute(1, 0, 3, 4, 2)  # [I, S, n, L, r]
-
-
-class _Students:
-    """All students of a batch: ``Q`` (and ``K``, ``W``) for ``n_inits`` starts x ``n_seeds`` seeds."""
-
-    def __init__(self, Qp, n_inits, K=None, W=None):
-        self.Qp, self.K, self.W, self.n_inits = Qp, K, W, n_inits
-
-    @property
-    def params(self):
-        return [p for p in (self.Qp, self.K, self.W) if p is not None]
-
-    def gates(self, Xt):
-        """For ``L = 2`` a row softmax is a sigmoid: ``S = [[a, 1 - a], [1 - b, b]]``, ``[I, S, n]`` each.
-
-        ``a = sigmoid(s_11 - s_12)`` and ``b = sigmoid(s_22 - s_21)`` with the scores
-        ``s = h_Q h_K^T``.
-        """
-        hq = _scores(Xt, self.Qp, self.n_inits)  # [I, S, n, 2, r]
-        hk = hq if self.K is None else _scores(Xt, self.K, self.n_inits)
-        dk = hk[..., 0, :] - hk[..., 1, :]  # [I, S, n, r]
-        a = torch.sigmoid((hq[..., 0, :] * dk).sum(-1))
-        b = torch.sigmoid(-(hq[..., 1, :] * dk).sum(-1))
-        return a, b
-
-    def attention(self, Xt):
-        """The attention matrices ``[I, S, n, 2, 2]``."""
-        a, b = self.gates(Xt)
-        return torch.stack([torch.stack([a, 1 - a], -1), torch.stack([1 - b, b], -1)], -2)
-
-    def errors(self, Xt, k, X=None, Y=None):
-        """Per-sample ``||f(x) - y||^2 / (2d)``, ``[I, S, n]``; ``k`` from :func:`quadratic_coefficients`."""
-        if self.W is None:
-            a, b = self.gates(Xt)
-            k2, ka, kb, k0 = k
-            return 0.5 * (k2 * (a * a + b * b) + ka * a + kb * b + k0)
-        S = self.attention(Xt)
-        XW = torch.einsum("snld,isde->isnle", X, self.W)  # learned value
-        res = S @ XW - Y[None]
-        return (res * res).sum((-1, -2)) / (2 * X.shape[-1])
-
-    def Q(self):
-        """``Q`` as ``[I, S, d, r]``."""
-        S_, Ir, d = self.Qp.shape
-        return self.Qp.detach().view(S_, self.n_inits, Ir // self.n_inits, d).permute(1, 0, 3, 2)
-
-
-def _tied_gradient(Xt, Qp, k, n_inits):
-    """Gradient of the summed risk for tied rank-one ``Q`` (``Qp`` ``[S, I, d]``), by hand.
-
-    With ``h_l = x_l^T Q / sqrt(d)``, ``a = sigmoid(h_1 (h_1 - h_2))``, ``b = sigmoid(h_2 (h_2 - h_1))``
-    and the per-sample risk ``(k2 (a^2 + b^2) + ka a + kb b + k0) / 2``: ``g_a = (k2 a + ka/2) a (1-a)``,
-    ``g_b = (k2 b + kb/2) b (1-b)``, ``dR/dh_1 = g_a (2h_1 - h_2) - g_b h_2``,
-    ``dR/dh_2 = g_b (2h_2 - h_1) - g_a h_1``, and ``dR/dQ = sum_mu sum_l x_l dR/dh_l / sqrt(d)``.
-    """
-    S_, I, d = Qp.shape
-    scale = d**-0.5
-    k2, ka, kb, _ = (t[:, None] for t in k)  # [S, 1, n]
-    h = (Qp @ Xt).mul_(scale).view(S_, I, -1, 2)  # [S, I, n, 2]
-    h1, h2 = h[..., 0], h[..., 1]
-    dh = h1 - h2
-    a = torch.sigmoid(h1 * dh)
-    b = torch.sigmoid(-h2 * dh)
-    ga = (k2 * a + 0.5 * ka) * a * (1 - a)
-    gb = (k2 * b + 0.5 * kb) * b * (1 - b)
-    g = torch.stack([ga * (h1 + dh) - gb * h2, gb * (h2 - dh) - ga * h1], -1)  # [S, I, n, 2]
-    return (g.view(S_, I, -1) @ Xt.transpose(1, 2)).mul_(scale)  # [S, I, d]
-
-
-def _layout(X):
-    """``[S, n, L, d]`` -> ``[S, d, n L]`` (contiguous)."""
-    S_, n, L, d = X.shape
-    return X.reshape(S_, n * L, d).transpose(1, 2).contiguous()
+__all__ = ["INITS", "alpha_grid", "rows_from", "run_alphas", "summarize", "train_batched"]
 
 
 def _initial_Q(init, teacher, r, gen):
@@ -231,15 +115,18 @@ def train_batched(
     and the arrays gain an ``alpha`` axis after the start axis: ``[n_inits, n_alpha, n_seeds]``.
     This trades a little padding for one optimisation loop instead of one per ``alpha``.
 
-    ``optimizer="gd"`` is the authors' full-batch GD (lr on the summed risk); ``"adam"`` is
-    ``torch.optim.Adam`` with coupled weight decay ``lam`` (their Adam runs: lr 0.01, 2500 steps).
+    ``optimizer="gd"`` is the authors' full-batch GD (lr on the summed risk); ``"adam"`` is Adam
+    with coupled weight decay ``lam``, as ``torch.optim.Adam`` (their Adam runs: lr 0.01, 2500
+    steps); both are :func:`attnlab.train.train` with :mod:`attnlab.optim`.
     ``normalize_teacher=True`` rescales each ``Q*`` to norm ``sqrt(d)``: then ``rho = sigma^2
     ||Q*||^2 / d`` equals ``sigma^2`` exactly instead of fluctuating by ``O(1/sqrt(d))`` from seed to
     seed, a variance reduction for comparisons with the ``d -> infinity`` theory (the authors did not
-    normalise). ``tied=False`` trains a separate key ``K`` (started like ``Q``); ``value="learned"`` trains a
-    value matrix ``W`` (``[d, d]``, started at the identity, weight decay ``lam``).
-    ``fast=True`` uses the hand-written gradient :func:`_tied_gradient` for tied rank-one GD (about
-    twice as fast as autograd; the tests check that both give the same runs).
+    normalise). ``tied=False`` trains :class:`~attnlab.models.UntiedLowRankAttention` (a separate
+    key ``K``, started like ``Q``); ``value="learned"`` trains
+    :class:`~attnlab.models.TiedLowRankAttentionWithValue` (a value matrix ``W``, ``[d, d]``, started
+    at the identity, weight decay ``lam``); one variant at a time. ``fast=True`` uses the model's
+    hand-written gradient for tied rank-one GD (about twice as fast as autograd; the tests check
+    that both give the same runs).
     """
     many = isinstance(alpha, (list, tuple, np.ndarray))
     alphas = [check_positive("alpha", a) for a in (alpha if many else [alpha])]
@@ -282,6 +169,18 @@ def train_batched(
     return out
 
 
+def _model(inits, teacher, r, gen, *, tied, value, dtype):
+    """One model holding every run, ``Q`` ``[I, S, d, r]``, started as ``inits`` say (rows: runs)."""
+    Q0 = torch.stack([_initial_Q(i, teacher, r, gen) for i in inits])  # [I, S, r, d]
+    S_, d = teacher.Q_star.shape
+    cls = TiedLowRankAttention if tied else UntiedLowRankAttention
+    if value == "learned":
+        if not tied:
+            raise ValueError("tied must be True when value='learned' (one variant at a time)")
+        cls = TiedLowRankAttentionWithValue
+    return cls(d, r, init=Q0.transpose(-1, -2), runs=(len(inits), S_), dtype=dtype)
+
+
 def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimizer, r, n_test, lam_lin,
            correlation, A, normalize_teacher, tied, value, record_every, dtype, device, fast):  # fmt: skip
     """The work of :func:`train_batched`; the batch is ``len(ns) * n_seeds`` runs, ``alpha`` major."""
@@ -296,60 +195,32 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
     # samples beyond a run's own n carry weight zero: they add nothing to the risk or its gradient
     n_run = torch.tensor(ns, device=device).repeat_interleave(n_seeds)  # [S]
     mask = (torch.arange(n_max, device=device)[None] < n_run[:, None]).to(dtype)  # [S, n]
-    k = tuple(t * mask for t in quadratic_coefficients(*gram(X, Y)))
+    data = TiedLowRankAttention.reduce(X, Y, mask)
     B = ps.fit_positional_linear(Z * mask[..., None, None], Y * mask[..., None, None], lam=lam_lin)
-    Xt = _layout(X)
-    if value == "identity":
-        X = Y = None
-    del Z
+    del X, Y, Z
 
-    Q0 = torch.stack([_initial_Q(i, teacher, r, gen) for i in inits], dim=1)  # [S, I, r, d]
-    Qp = Q0.reshape(S_, I * r, d).clone().requires_grad_(True)
-    K = Qp.detach().clone().requires_grad_(True) if not tied else None
-    W = None
-    if value == "learned":
-        W = torch.eye(d, dtype=dtype, device=device).expand(I, S_, d, d).clone().requires_grad_(True)
-    students = _Students(Qp, I, K, W)
-    if optimizer == "gd":
-        opt = torch.optim.SGD(students.params, lr=lr, weight_decay=lam)
-    else:
-        opt = torch.optim.Adam(students.params, lr=lr, weight_decay=lam)
-
-    def penalty():
-        return sum(
-            (p.detach() * p.detach()).reshape(S_, I, -1).sum(-1).T
-            if p is not W
-            else (p.detach() * p.detach()).sum((-1, -2))
-            for p in students.params
-        )  # [I, S]
-
-    def data_risk():
-        e = students.errors(Xt, k, X, Y)  # [I, S, n]
-        return (e if W is None else e * mask).sum(-1)  # [I, S]
-
-    fast = fast and tied and value == "identity" and r == 1 and optimizer == "gd"
-    curve_steps, curve, curve_m, curve_theta = [], [], [], []
+    model = _model(inits, teacher, r, gen, tied=tied, value=value, dtype=dtype)
+    fast = fast and optimizer == "gd"  # Adam runs keep autograd's gradient (their published protocol)
     Q_star = teacher.Q_star[None].expand(I, S_, d)
-    for step in range(steps + 1):
-        if fast and not (record_every and step % record_every == 0) and step < steps:
-            with torch.no_grad():  # SGD with weight decay, by hand: Q <- Q - lr (grad + lam Q)
-                Qp.sub_(lr * (_tied_gradient(Xt, Qp, k, I) + lam * Qp))
-            continue
-        data = data_risk()
-        if record_every and (step % record_every == 0 or step == steps):
-            curve_steps.append(step)
-            curve.append(((data.detach() + 0.5 * lam * penalty()) / d).double().cpu().numpy())
-            ov = ps.overlaps(students.Q()[..., 0], Q_star, sigma=sigma)
-            curve_m.append(np.abs(ov["m"]))
-            curve_theta.append(np.abs(ov["theta"]) / sigma**2)
-        if step == steps:
-            break
-        opt.zero_grad(set_to_none=True)
-        data.sum().backward()
-        opt.step()
+    callbacks = {"penalty": lambda m: m.penalty()}
+    if record_every:
+        callbacks["overlaps"] = lambda m: ps.overlaps(m.Q.detach()[..., 0], Q_star, sigma=sigma)
+    history = train(
+        model,
+        lambda m, *batch: m.risk(type(data)(*batch), fast=fast),  # per-run summed risk, [I, S]
+        tuple(data),  # full batch: every field leads with the runs dimension S
+        optimizer=optimizer,
+        lr=lr,
+        steps=steps,
+        weight_decay=lam,
+        dtype=dtype,
+        device=device,
+        callbacks=callbacks,
+        record_every=record_every or max(steps, 1),
+    )
+    eps_t = (history.loss[-1] + 0.5 * lam * history.tracked["penalty"][-1]) / d  # [I, S]
 
     with torch.no_grad():
-        eps_t = (data.detach() + 0.5 * lam * penalty()) / d
         # fresh test data, in chunks that keep memory bounded (~1e7 numbers per chunk)
         chunk = max(1, min(n_test, int(1e7 // (S_ * 2 * d))))
         err_sum = torch.zeros(I, S_, dtype=torch.float64, device=device)
@@ -358,25 +229,25 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
         while done < n_test:
             kk = min(chunk, n_test - done)
             Xc, Yc, Zc = ps.sample(kk, teacher, seed=gen, correlation=correlation)
-            kc = quadratic_coefficients(*gram(Xc, Yc))
-            err_sum += students.errors(_layout(Xc), kc, Xc, Yc).sum(-1).double()
+            err_sum += model.risk(TiedLowRankAttention.reduce(Xc, Yc)).double()
             lin_sum += ps.linear_error(B, Zc, Yc).double() * kk
             done += kk
-        Q = students.Q()[..., 0]  # [I, S, d]
-        ov = ps.overlaps(Q, teacher.Q_star[None].expand(I, S_, d), sigma=sigma)
+        ov = ps.overlaps(model.Q.detach()[..., 0], Q_star, sigma=sigma)
     out = {
         "eps_g": (err_sum / n_test).cpu().numpy(),
-        "eps_t": eps_t.double().cpu().numpy(),
+        "eps_t": np.asarray(eps_t, dtype=np.float64),
         "m": np.abs(ov["m"]),
         "theta_over_sigma2": np.abs(ov["theta"]) / sigma**2,
         "q": ov["q"],
         "eps_lin": (lin_sum / n_test).cpu().numpy(),
     }
     if record_every:
-        out["curve_steps"] = np.asarray(curve_steps)
-        out["curve_eps_t"] = np.stack(curve)
-        out["curve_m"] = np.stack(curve_m)
-        out["curve_theta_over_sigma2"] = np.stack(curve_theta)
+        penalty = np.stack(history.tracked["penalty"])
+        out["curve_steps"] = np.asarray(history.steps)
+        out["curve_eps_t"] = ((np.stack(history.loss) + 0.5 * lam * penalty) / d).astype(np.float64)
+        overlaps = history.tracked["overlaps"]
+        out["curve_m"] = np.abs(np.stack([ov["m"] for ov in overlaps]))
+        out["curve_theta_over_sigma2"] = np.abs(np.stack([ov["theta"] for ov in overlaps])) / sigma**2
     return out
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.nn.functional import cross_entropy
 
 from attnlab.experiments import experiment
 from attnlab.experiments.phase_transition.engine import _threads
+from attnlab.models import HistogramTransformer
+from attnlab.train import train
 from attnlab.validation import make_generator
 
 
@@ -17,43 +22,19 @@ def histogram_data(n: int, seq_len: int, alphabet: int, generator: torch.Generat
     return x, y
 
 
-class _HistogramTransformer(torch.nn.Module):
-    """The authors' one-layer model (``src/transformer.py``), scaled down.
+def _epochs(x, y, batch, generator):
+    """A sampler for :func:`attnlab.train.train` that walks through ``(x, y)`` in epochs: a fresh
+    permutation from ``generator`` at the start of each epoch, then consecutive minibatches."""
+    state = {"perm": None, "at": 0}
 
-    Token and learned positional embeddings live in two halves of the model dimension; the
-    attention's queries and keys read only one half (``attention_input="semantic"`` or
-    ``"positional"``), its values the whole; then LayerNorm and a two-layer ReLU read-out.
-    """
+    def sample(batch_size, gen):
+        if state["perm"] is None or state["at"] >= len(x):
+            state["perm"], state["at"] = torch.randperm(len(x), generator=generator), 0
+        idx = state["perm"][state["at"] : state["at"] + batch]
+        state["at"] += batch
+        return x[idx], y[idx]
 
-    def __init__(self, seq_len, alphabet, dim, hidden, attention_input, generator):
-        super().__init__()
-        half = dim // 2
-        self.tok = torch.nn.Parameter(torch.randn(alphabet, half, generator=generator) / half**0.5)
-        self.pos = torch.nn.Parameter(torch.randn(seq_len, half, generator=generator) / half**0.5)
-        self.Q = torch.nn.Parameter(torch.randn(half, half, generator=generator) / half**0.5)
-        self.K = torch.nn.Parameter(torch.randn(half, half, generator=generator) / half**0.5)
-        self.V = torch.nn.Parameter(torch.randn(dim, dim, generator=generator) / dim**0.5)
-        self.norm = torch.nn.LayerNorm(dim)
-        self.fc1 = torch.nn.Linear(dim, hidden)
-        self.fc2 = torch.nn.Linear(hidden, seq_len + 1)
-        self.attention_input = attention_input
-        with torch.no_grad():
-            for layer in (self.fc1, self.fc2):
-                layer.weight.copy_(
-                    torch.randn(layer.weight.shape, generator=generator) / layer.in_features**0.5
-                )
-                layer.bias.zero_()
-
-    def attention(self, x):
-        e_tok = self.tok[x]  # [n, L, half]
-        e_pos = self.pos.expand_as(e_tok)
-        a = e_tok if self.attention_input == "semantic" else e_pos
-        scores = (a @ self.Q) @ (a @ self.K).transpose(-1, -2) / a.shape[-1] ** 0.5
-        return torch.softmax(scores, dim=-1), torch.cat([e_tok, e_pos], -1)
-
-    def forward(self, x):
-        A, e = self.attention(x)
-        return self.fc2(torch.relu(self.fc1(self.norm(A @ e @ self.V))))  # [n, L, classes]
+    return sample
 
 
 @experiment(
@@ -80,24 +61,26 @@ def pt_histogram(config: dict, device: str) -> list[dict]:
             x_tr, y_tr = histogram_data(config["n_train"], L, T, gen)
             x_te, y_te = histogram_data(config["n_test"], L, T, gen)
             for kind in ("semantic", "positional"):
-                model = _HistogramTransformer(L, T, config["dim"], config["hidden"], kind, gen)
-                opt = torch.optim.Adam(model.parameters(), lr=config["lr"], betas=(0.9, 0.98))
-                for _ in range(config["epochs"]):
-                    perm = torch.randperm(config["n_train"], generator=gen)
-                    for i in range(0, config["n_train"], config["batch"]):
-                        idx = perm[i : i + config["batch"]]
-                        loss = torch.nn.functional.cross_entropy(model(x_tr[idx]).reshape(-1, L + 1),
-                                                                 y_tr[idx].reshape(-1))  # fmt: skip
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        opt.step()
+                model = HistogramTransformer(L, T, config["dim"], config["hidden"], kind, gen)
+                history = train(
+                    model,
+                    lambda m, x, y: cross_entropy(m(x).reshape(-1, L + 1), y.reshape(-1)),
+                    _epochs(x_tr, y_tr, config["batch"], gen),
+                    optimizer="adam",
+                    lr=config["lr"],
+                    betas=(0.9, 0.98),
+                    steps=config["epochs"] * math.ceil(config["n_train"] / config["batch"]),
+                    batch_size=config["batch"],
+                    seed=gen,
+                    record="mean",  # draws exactly one batch per step; records each step's loss
+                )
                 with torch.no_grad():
                     acc = float((model(x_te).argmax(-1) == y_te).float().mean())
                     A, _ = model.attention(x_te)  # [n, L, L]
                     same = (x_te[:, :, None] == x_te[:, None, :]).float()
                     others = same * (1 - torch.eye(L))  # same token, other position
                     rows.append({
-                        "model": kind, "seed_index": s, "test_accuracy": acc, "final_loss": float(loss),
+                        "model": kind, "seed_index": s, "test_accuracy": acc, "final_loss": history.loss[-1],
                         "self_mass": float(torch.diagonal(A, dim1=-2, dim2=-1).mean()),
                         "same_token_mass": float((A * others).sum(-1).mean()),
                         "same_token_mass_uniform": float(others.mean(-1).mean()),

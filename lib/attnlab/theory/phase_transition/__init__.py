@@ -49,7 +49,7 @@ Public API (all importable from this package)
     direct averages by sampling instead, as an independent check of the quadrature.
 ``product_rule(n_nodes, dim=4, prune=1e-10) -> (nodes [dim, N], weights [N])``
     Gauss–Hermite product rule for E over independent standard Gaussians.
-``check_eps_lin(answer, omega, sigma=0.5, A=None)``
+``verify_eps_lin(answer, omega, sigma=0.5, A=None)``
     For exercises: raises ``ValueError`` with a message unless ``answer`` matches ``eps_lin``.
 """
 
@@ -59,7 +59,13 @@ from attnlab.theory.phase_transition.cubature import product_rule
 from attnlab.theory.phase_transition.equations import BRANCHES, STARTS, FixedPoint
 from attnlab.theory.phase_transition.fixed_point import global_minimum, hat_variables, solve, solve_both
 from attnlab.theory.phase_transition.prox import DEFAULT_A, prox
-from attnlab.theory.phase_transition.thresholds import alpha_c, alpha_l, branch_curves, check_eps_lin, eps_lin
+from attnlab.theory.phase_transition.thresholds import (
+    alpha_c,
+    alpha_l,
+    branch_curves,
+    eps_lin,
+    verify_eps_lin,
+)
 
 __all__ = [
     "BRANCHES",
@@ -69,7 +75,7 @@ __all__ = [
     "alpha_c",
     "alpha_l",
     "branch_curves",
-    "check_eps_lin",
+    "verify_eps_lin",
     "cubature",
     "eps_lin",
     "global_minimum",

@@ -18,7 +18,7 @@ from attnlab.theory.phase_transition.fixed_point import solve
 from attnlab.theory.phase_transition.prox import _check_A, _softmax_diag
 from attnlab.validation import check_choice, check_int, check_real
 
-__all__ = ["alpha_c", "alpha_l", "branch_curves", "check_eps_lin", "eps_lin"]
+__all__ = ["alpha_c", "alpha_l", "branch_curves", "verify_eps_lin", "eps_lin"]
 
 _CURVE_FIELDS = ("eps_g", "eps_t", "q", "m", "V", "theta", "theta_over_sigma2", "converged", "iterations")
 
@@ -76,7 +76,7 @@ def eps_lin(omega, sigma=0.5, A=None, *, n_nodes: int = 40, method: str = "conve
     return float(0.5 * sigma**2 * (1 - omega) ** 2 * var)
 
 
-def check_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
+def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
     """Exercise checker: raise ``ValueError`` unless ``answer`` is ε_lin(ω) within ``rtol``."""
     answer = check_real("answer", answer)
     ref = eps_lin(omega, sigma, A)
