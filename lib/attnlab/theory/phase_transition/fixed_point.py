@@ -24,7 +24,7 @@ from attnlab.theory.phase_transition.equations import BRANCHES, METHODS, STARTS,
 from attnlab.theory.phase_transition.prox import _check_common, _prox_batch, _target
 from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape, make_rng
 
-__all__ = ["global_minimum", "hat_variables", "solve", "solve_both"]
+__all__ = ["continue_branch", "global_minimum", "hat_variables", "solve", "solve_both"]
 
 
 def hat_variables(
@@ -316,3 +316,27 @@ def solve_both(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
 def global_minimum(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> FixedPoint:
     """The fixed point with the lower training loss ``eps_t`` of the two branches."""
     return solve_both(alpha, omega, sigma, lam, A, **kwargs)["global"]
+
+
+def continue_branch(alphas, omega, branch, sigma=0.5, lam=0.01, A=None, *, init=None, **kwargs) -> list:
+    """Follow one branch along ``alphas`` (in the order given) by warm-started continuation.
+
+    The first α starts from ``init`` (default: the branch's starting point); every later one from
+    the last converged fixed point, so the branch is followed continuously instead of being
+    re-found from a fixed start at each α (which may land on another solution). Returns one
+    :class:`FixedPoint` per α, each with ``mu_max``. Where the branch ends (a spinodal: a fold
+    where it meets an unstable solution, or the collapse of its order parameter), ``mu_max``
+    rises towards 1 and past it the solves are not ``converged``; the spinodal lies between the
+    last converged α and the next. ``kwargs`` go to :func:`solve`.
+    """
+    alphas = np.atleast_1d(np.asarray(alphas, dtype=float))
+    if alphas.ndim != 1 or alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
+        raise ValueError("alphas must be a non-empty 1-D array of finite numbers > 0")
+    branch = check_choice("branch", branch, BRANCHES)
+    out, start = [], init
+    for alpha in alphas:
+        fp = solve(float(alpha), omega, branch, sigma, lam, A, init=start, **kwargs)
+        out.append(fp)
+        if fp.converged:
+            start = (fp.q, fp.m, fp.V, fp.theta)
+    return out
