@@ -113,3 +113,26 @@ def test_m_zero_is_invariant_for_the_alternative_A():
     assert at[0.0]["theta_hat"] > 1e-3
     mc = se.hat_variables(1.5, 0.3, 0.08, 0.0, 20.0, 0.05, A=A_alt, monte_carlo=100_000, seed=3)
     assert abs(mc["m_hat"]) < 0.05 * abs(at[0.1]["m_hat"])  # sampling noise only
+
+
+def test_continuation_follows_the_semantic_branch_to_its_end():
+    """omega = 0.3: the semantic branch, followed down in alpha, loses theta continuously between
+    alpha = 0.70 and 0.65 (8 nodes); mu_max rises towards 1 there (a pitchfork: theta = 0 takes
+    over), and the continued point at alpha = 0.8 is the one a fresh solve finds."""
+    alphas = [0.8, 0.7, 0.65, 0.6]
+    path = se.continue_branch(alphas, 0.3, "semantic", n_nodes=8)
+    th = np.array([p.theta_over_sigma2 for p in path])
+    mu = np.array([p.mu_max for p in path])
+    assert all(p.converged for p in path)
+    assert th[0] == pytest.approx(0.2173, abs=2e-3) and th[1] == pytest.approx(0.0907, abs=2e-3)
+    assert np.all(th[2:] < 1e-3)  # collapsed onto theta = 0
+    assert mu[1] > 0.95 and mu[2] > 0.95 and mu[0] < mu[1]  # near-marginal at the end of the branch
+    fresh = se.solve(0.8, 0.3, "semantic", n_nodes=8)
+    assert fresh.theta == pytest.approx(path[0].theta, rel=1e-4)
+
+
+def test_continue_branch_rejects_bad_alphas():
+    with pytest.raises(ValueError, match="alphas"):
+        se.continue_branch([1.0, -0.5], 0.3, "semantic")
+    with pytest.raises(ValueError, match="branch"):
+        se.continue_branch([1.0], 0.3, "mixed")
