@@ -8,11 +8,16 @@ Numerics: the fixed point of hats -> overlaps is found by damped iteration (``da
 weight of the old value, as in the authors' code) accelerated with Anderson mixing close to the
 fixed point; the residual is the largest relative change of (q, m, V, θ). Each branch is kept in
 its invariant subspace: θ = 0 (positional: θ̂ ≡ 0) or m = 0 (semantic: m̂ ≡ 0); by symmetry the
-exact map preserves both, for any A. The default of 20 nodes per dimension is converged: doubling
-it changes ε_g by less than 0.1 % on both branches (chapter 02). Fewer nodes oscillate on the
-positional branch, where the jumps of the prox cut through the bulk of the Gaussian mass (12
-nodes: 0.13 % off). A single solve takes well under a second of CPU at ``n_nodes=8`` and one to
-three seconds at the default 20; a 20 x 20 (α, ω) grid at 8 nodes takes a few CPU minutes.
+exact map preserves both, for any A. Plain steps are limited and halved when the iteration
+oscillates away, and every point that meets the tolerance is checked for stability (the Jacobian
+on the branch, ``FixedPoint.mu_max``): a repelling point is escaped, so the fixed point reached does
+not depend on the damping; a positional point at m = 0 (the agnostic point) is never reported as
+converged. ``continue_branch`` follows a branch in α. The default of 20 nodes per dimension is
+converged: doubling it changes ε_g by less than 0.1 % on both branches (chapter 02). Fewer nodes
+oscillate on the positional branch, where the jumps of the prox cut through the bulk of the
+Gaussian mass (12 nodes: 0.13 % off). A single solve takes well under a second of CPU at
+``n_nodes=8`` and one to three seconds at the default 20; a 20 x 20 (α, ω) grid at 8 nodes takes
+a few CPU minutes.
 """
 
 from __future__ import annotations
@@ -181,24 +186,26 @@ MU_TOL = 1e-3  # slack on mu_max < 1 for the finite-difference error of the Jaco
 def _stability(prob, x, rel_step=1e-4):
     """Largest real part of the eigenvalues of the map's Jacobian on the branch, and its eigenvector.
 
-    Central differences in the branch's free coordinates, with the prox warm-started at every
-    node from its solution at ``x`` (so each node stays on its own minimum and the derivative is
-    that of the map, not of a node switching valleys). Returns ``(mu_max, v)`` with ``v`` a real
-    vector in (q, m, V, θ) (zero outside the branch's coordinates).
+    Forward differences in the branch's free coordinates, with the prox warm-started at every
+    node from its solution at ``x`` (``prob.h``, left there by the global prox of the last
+    evaluation), so each node stays on its own minimum and the derivative is that of the map, not
+    of a node switching valleys. Returns ``(mu_max, v)`` with ``v`` a real vector in
+    (q, m, V, θ) (zero outside the branch's coordinates).
     """
     free = _FREE[prob.branch]
-    prob.hats(*x, all_starts=True)
     h0 = prob.h.copy()
+
+    def G(point):
+        prob.h = h0.copy()
+        return prob.overlaps(*prob.restrict(prob.hats(*point, fresh=False)[:4]))[free]
+
+    g0 = G(x)
     J = np.zeros((len(free), len(free)))
     for j, k in enumerate(free):
         e = np.zeros(4)
         e[k] = rel_step * (abs(x[k]) + 0.05)
-        g = []
-        for sign in (1, -1):
-            prob.h = h0.copy()
-            hats = prob.hats(*(x + sign * e), fresh=False)[:4]
-            g.append(prob.overlaps(*prob.restrict(hats))[free])
-        J[:, j] = (g[0] - g[1]) / (2 * e[k])
+        J[:, j] = (G(x + e) - g0) / e[k]
+    prob.h = h0
     mu, vecs = np.linalg.eig(J)
     i = int(np.argmax(mu.real))
     v = np.zeros(4)
