@@ -11,18 +11,18 @@ from __future__ import annotations
 import torch
 
 
-def head_matrices(param: str, theta_lk: torch.Tensor, D: int):
+def head_matrices(param: str, w_lk: torch.Tensor, D: int):
     """``(P_k, Q_k)`` ``[D, D]`` of one head.
 
-    ``"full"``: ``theta_lk [2, D, D]``; ``"diag"``: ``theta_lk = (p_x, p_y, q_x, q_y)``.
+    ``"full"``: ``w_lk [2, D, D]``; ``"diag"``: ``w_lk = (p_x, p_y, q_x, q_y)``.
     """
     if param == "full":
-        return theta_lk[0], theta_lk[1]
-    ones = torch.ones(D, dtype=theta_lk.dtype, device=theta_lk.device)
-    last = torch.zeros(D, dtype=theta_lk.dtype, device=theta_lk.device)
+        return w_lk[0], w_lk[1]
+    ones = torch.ones(D, dtype=w_lk.dtype, device=w_lk.device)
+    last = torch.zeros(D, dtype=w_lk.dtype, device=w_lk.device)
     last[-1] = 1.0
-    P = torch.diag(theta_lk[0] * (ones - last) + theta_lk[1] * last)
-    Q = torch.diag(theta_lk[2] * (ones - last) + theta_lk[3] * last)
+    P = torch.diag(w_lk[0] * (ones - last) + w_lk[1] * last)
+    Q = torch.diag(w_lk[2] * (ones - last) + w_lk[3] * last)
     return P, Q
 
 
@@ -33,17 +33,17 @@ def tokens(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Ten
     return torch.cat([ctx, q], dim=1).transpose(1, 2)
 
 
-def reference_forward(param: str, theta: torch.Tensor, X, y, x_query) -> torch.Tensor:
-    """Prediction ``[B]`` of one model ``theta [L, H, ...]`` (the layout of ``attnlab.icl_training``)."""
+def reference_forward(param: str, weights: torch.Tensor, X, y, x_query) -> torch.Tensor:
+    """Prediction ``[B]`` of one model ``weights [L, H, ...]`` (``LinearTransformer.packed_weights``)."""
     Z = tokens(X, y, x_query)  # [B, D, n+1]
     D, N = Z.shape[1], Z.shape[2]
     M = torch.eye(N, dtype=Z.dtype, device=Z.device)
     M[-1, -1] = 0.0  # keys and values see the n context tokens only
-    for layer in range(theta.shape[0]):
+    for layer in range(weights.shape[0]):
         S = Z @ M @ Z.transpose(1, 2)  # [B, D, D]
         update = torch.zeros_like(Z)
-        for k in range(theta.shape[1]):  # one head at a time
-            P, Q = head_matrices(param, theta[layer, k], D)
+        for k in range(weights.shape[1]):  # one head at a time
+            P, Q = head_matrices(param, weights[layer, k], D)
             update = update + P @ S @ Q @ Z
         Z = Z + update
     return -Z[:, -1, -1]
@@ -76,12 +76,12 @@ def train_reference(
     gen = torch.Generator().manual_seed(seed)
     D = d + 1
     shape = (n_layers, n_heads, 2, D, D) if param == "full" else (n_layers, n_heads, 4)
-    theta = (0.002 / n_layers * torch.randn(shape, generator=gen)).requires_grad_(True)
-    opt = torch.optim.Adam([theta], lr=lr, betas=(0.9, 0.98))
+    weights = (0.002 / n_layers * torch.randn(shape, generator=gen)).requires_grad_(True)
+    opt = torch.optim.Adam([weights], lr=lr, betas=(0.9, 0.98))
     losses = []
     for _ in range(steps):
         X, y, xq, target = sample(batch_size, d, n, sigma_max, gen)
-        loss = 0.5 * ((reference_forward(param, theta, X, y, xq) - target) ** 2).mean()
+        loss = 0.5 * ((reference_forward(param, weights, X, y, xq) - target) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

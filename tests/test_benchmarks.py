@@ -8,17 +8,16 @@ from benchmarks import bench
 from benchmarks.bench import ROOT
 from benchmarks.icl_reference import reference_forward
 
-from attnlab import icl_training as it
+from attnlab.models import LinearTransformer
+from attnlab.tasks.icl_regression import sample_regression
 
 
 @pytest.mark.parametrize("param", ["diag", "full"])
 def test_reference_trainer_computes_the_library_model(param):
-    gen = torch.Generator().manual_seed(0)
-    theta = it.init_params(param, 3, 2, (), init_scale=0.3, generator=gen, dtype=torch.float64)
-    data = it.sample_icl(["uniform:1"], 1, 16, generator=gen, dtype=torch.float64)
-    X, y, xq = (data[k][0, 0] for k in ("X", "y", "x_query"))
-    ref = reference_forward(param, theta, X, y, xq)
-    lib = it.forward(param, theta, *it.gram_inputs(X, y, xq))
+    model = LinearTransformer(10, 3, 2, param, init_scale=0.3, seed=0, dtype="float64")
+    X, y, xq, *_ = sample_regression(16, noise="uniform:1", generator=1, dtype="float64")
+    ref = reference_forward(param, model.packed_weights().detach(), X, y, xq)
+    lib = model.predict_fast(X, y, xq).detach()
     assert torch.allclose(ref, lib, rtol=1e-9, atol=1e-9), float((ref - lib).abs().max())
 
 

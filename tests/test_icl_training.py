@@ -5,55 +5,27 @@ import pytest
 import torch
 
 from attnlab import icl_training as it
+from attnlab.models import LinearTransformer
 from attnlab.tasks.icl_regression import sample_regression
 
 
 def _batch(B=6, sigma_max=2.0, seed=3):
-    return sample_regression(B, 10, 20, sigma_max=sigma_max, generator=seed, dtype="float64")
-
-
-@pytest.mark.parametrize(("param", "heads"), [("full", 2), ("diag", 2), ("gdpp", 2), ("diag_omega", 1)])
-def test_gram_forward_matches_token_model_layer_by_layer(param, heads):
-    b = _batch()
-    theta = it.init_params(
-        param, 3, heads, (), init_scale=0.1, generator=torch.Generator().manual_seed(1), dtype=torch.float64
-    )
-    G, e_t = it.gram_inputs(b.X, b.y, b.x_query)
-    ours = it.forward(param, theta, G, e_t, return_layers=True)  # [L+1, B]
-    model = it.to_model(param, theta)
-    with torch.no_grad():
-        ref = model.predictions_by_layer(b.X, b.y, b.x_query)
-    scale = ref.abs().max()
-    assert torch.allclose(ours, ref, rtol=0, atol=1e-10 * float(scale)), float((ours - ref).abs().max())
-
-
-def test_gdpp_spectral_forward_matches_gram_forward():
-    b = _batch(B=5)
-    theta = it.init_params(
-        "gdpp", 4, 2, (3,), init_scale=0.1, generator=torch.Generator().manual_seed(2), dtype=torch.float64
-    )
-    G, e_t = it.gram_inputs(b.X, b.y, b.x_query)
-    a = it.forward("gdpp", theta, G, e_t, return_layers=True)
-    c = it.forward_gdpp_spectral(theta, *it.spectral_inputs(G, e_t), return_layers=True)
-    assert a.shape == c.shape == (3, 5, 5)
-    assert torch.allclose(a, c, rtol=1e-10, atol=1e-10 * float(a.abs().max()))
-
-
-def test_omega_of_one_head_diag():
-    theta = torch.tensor([[[2.0, 3.0, 5.0, 7.0]]])  # p_x, p_y, q_x, q_y
-    np.testing.assert_allclose(it.omega("diag", theta)[0].numpy(), [10.0, 14.0, 15.0, 21.0])
-    np.testing.assert_allclose(it.omega("gdpp", theta[..., :3])[0].numpy(), [10.0, 0.0, 15.0, 0.0])
+    return sample_regression(B, 10, 20, noise=f"uniform:{sigma_max}", generator=seed, dtype="float64")
 
 
 def test_batched_training_equals_training_models_separately():
     kw = dict(noise=["uniform:1", "categorical:1,3"], seeds=[0, 1], steps=5, batch_size=32, lr=1e-2)
     both = it.train_icl(["diag", "gdpp"], [1, 2], **kw)
     alone = it.train_icl(["diag"], [2], **kw)
-    a, b = both.group("diag", 2), alone.group("diag", 2)
-    assert torch.allclose(a.theta, b.theta, rtol=1e-5, atol=1e-8)
-    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-5)
-    assert a.theta.shape == (2, 2, 2, 1, 4) and a.loss.shape == (2, 2, 1)
-    assert both.group("gdpp", 1).theta.shape == (2, 2, 1, 1, 3)
+    one_seed = it.train_icl(["diag"], [2], **{**kw, "seeds": [1]})
+    a, b, c = both.group("diag", 2), alone.group("diag", 2), one_seed.group("diag", 2)
+    assert torch.equal(a.weights, b.weights)
+    np.testing.assert_array_equal(a.loss, b.loss)
+    # Seed 1 trained alone: same initialisation and data stream, so the same model (float32 batching).
+    torch.testing.assert_close(a.weights[:, 1:], c.weights, rtol=1e-5, atol=1e-8)
+    assert a.weights.shape == (2, 2, 2, 1, 4) and a.loss.shape == (2, 2, 1)
+    assert both.group("gdpp", 1).weights.shape == (2, 2, 1, 1, 3)
+    assert not torch.equal(a.weights[0, 0], a.weights[0, 1])
 
 
 def test_training_reduces_the_loss_of_one_layer_model():
@@ -71,6 +43,7 @@ def test_training_reduces_the_loss_of_one_layer_model():
     loss = res.group("gdpp", 1).loss[0, 0]
     # The zero prediction has loss E<w, x_t>^2 / 2 = 5; the best one-step-GD value is 1.774.
     assert 1.65 < loss[-1] < 2.0 and loss[-1] < loss[0], loss
+    assert list(res.steps) == [50, 100, 150]
 
 
 def test_divergent_model_is_frozen_and_flagged():
@@ -79,25 +52,46 @@ def test_divergent_model_is_frozen_and_flagged():
     )
     grp = res.group("full", 3)
     assert grp.diverged.all()
-    assert torch.isfinite(grp.theta).all()
+    assert torch.isfinite(grp.weights).all()
+    assert np.isnan(grp.loss).all()
 
 
-def test_evaluate_shapes_and_layers():
+def test_evaluate_shapes_layers_and_chunks():
     b = _batch(B=7)
-    theta = it.init_params("diag", 2, 1, (3,), init_scale=0.05, dtype=torch.float64)
-    out = it.evaluate("diag", theta, b.X, b.y, b.x_query, chunk=3)
-    layers = it.evaluate("diag", theta, b.X, b.y, b.x_query, return_layers=True)
-    assert out.shape == (3, 7) and layers.shape == (3, 3, 7)
-    assert torch.allclose(layers[:, -1], out)
+    model = LinearTransformer(10, 2, 1, "diag", batch_shape=(3,), init_scale=0.2, seed=4)  # float32
+    out = it.evaluate(model, b.X, b.y, b.x_query, chunk=3)
+    layers = it.evaluate(model, b.X, b.y, b.x_query, return_layers=True)
+    assert out.shape == (3, 7) and layers.shape == (3, 3, 7) and out.dtype == torch.float64
+    torch.testing.assert_close(layers[:, -1], out, rtol=1e-12, atol=1e-14)
     assert torch.all(layers[:, 0] == 0)  # nothing read out before the first layer
+    assert model.p.dtype == torch.float32  # evaluated on a float64 copy
+    ref = LinearTransformer.from_packed(model.packed_weights().detach(), 10, "diag").predict(
+        b.X, b.y, b.x_query
+    )
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-14)
 
 
-def test_sampler_shapes_and_noise_levels():
-    data = it.sample_icl(["fixed:2", "categorical:1,3", "uniform:0"], 2, 50)
-    assert data["X"].shape == (3, 2, 50, 20, 10) and data["y"].shape == (3, 2, 50, 20)
-    assert torch.all(data["sigma"][0] == 2) and set(data["sigma"][1].unique().tolist()) <= {1.0, 3.0}
-    assert torch.all(data["sigma"][2] == 0)
-    assert it.parse_noise("categorical:1,3,5") == ("categorical", (1.0, 3.0, 5.0))
+def test_group_models_are_float64_copies():
+    res = it.train_icl(["full"], [1], ["uniform:1", "uniform:2"], [0, 1], steps=2, batch_size=4)
+    grp = res.group("full", 1)
+    one = grp.models((1, 0))
+    assert one.batch_shape == () and one.P.dtype == torch.float64
+    torch.testing.assert_close(one.P.float(), grp.model.P[1, 0])
+    assert grp.models(1).batch_shape == (2,)
+
+
+def test_decayed_model_sees_a_fixed_decay_as_fixed():
+    from attnlab.models import DecayedLinearTransformer
+    from attnlab.tasks.icl_regression import MixedNoiseRegression
+    from attnlab.train import train
+
+    model = DecayedLinearTransformer(
+        10, 2, 1, gamma_init=[0.8, 0.8], learn_decay=[True, False], batch_shape=(2,)
+    )
+    start = model.decay_logit.detach().clone()
+    train(model, it.fast_half_mse_loss, MixedNoiseRegression(noise="uniform:1"), optimizer="adam", lr=1e-2,
+          param_lr={"decay_logit": 0.1}, steps=5, batch_size=16)  # fmt: skip
+    assert torch.equal(model.decay_logit[1], start[1]) and not torch.equal(model.decay_logit[0], start[0])
 
 
 @pytest.mark.parametrize(
@@ -110,6 +104,7 @@ def test_sampler_shapes_and_noise_levels():
         ({"noise": ["uniform"]}, "noise"),
         ({"noise": ["uniform:1,2"]}, "noise"),
         ({"noise": ["fixed:-1"]}, "noise"),
+        ({"noise": []}, "noise"),
         ({"seeds": [-1]}, "seeds"),
         ({"steps": 0}, "steps"),
         ({"batch_size": 0}, "batch_size"),
@@ -118,7 +113,7 @@ def test_sampler_shapes_and_noise_levels():
         ({"betas": (0.9,)}, "betas"),
         ({"lr_schedule": "step"}, "lr_schedule"),
         ({"num_threads": 0}, "num_threads"),
-        ({"params": ["diag_omega"], "n_heads": 2}, "n_heads"),
+        ({"diag_mode": "free"}, "diag_mode"),
     ],
 )
 def test_train_icl_bad_input(kwargs, match):
@@ -128,17 +123,13 @@ def test_train_icl_bad_input(kwargs, match):
 
 def test_other_bad_input():
     b = _batch(B=4)
-    theta = it.init_params("diag", 1, 1, ())
-    with pytest.raises(ValueError, match="param"):
-        it.forward("softmax", theta, *it.gram_inputs(b.X, b.y, b.x_query))
+    model = LinearTransformer(10, 1, 1, "diag")
     with pytest.raises(ValueError, match="y"):
-        it.evaluate("diag", theta, b.X, b.y[:, :3], b.x_query)
+        it.evaluate(model, b.X, b.y[:, :3], b.x_query)
     with pytest.raises(ValueError, match="X"):
-        it.evaluate("diag", theta, b.X[0], b.y, b.x_query)
-    with pytest.raises(ValueError, match="theta"):
-        it.to_model("diag", theta[0])
-    with pytest.raises(ValueError, match="param"):
-        it.omega("full", theta)
+        it.evaluate(model, b.X[0], b.y, b.x_query)
+    with pytest.raises(ValueError, match="model"):
+        it.evaluate("diag", b.X, b.y, b.x_query)
     res = it.train_icl(["diag"], [1], steps=1, batch_size=2)
     with pytest.raises(ValueError, match="n_layers"):
         res.group("diag", 5)

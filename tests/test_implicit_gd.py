@@ -6,7 +6,6 @@ import torch
 from attnlab.models import LinearTransformer, gd_construction
 from attnlab.tasks.icl_regression import build_tokens, sample_regression
 from attnlab.theory.implicit_gd import (
-    check_one_layer_optimum,
     data_statistics,
     implicit_state,
     implicit_tokens,
@@ -14,6 +13,7 @@ from attnlab.theory.implicit_gd import (
     layer_statistics,
     momentum_form,
     one_layer_optimum,
+    verify_one_layer_optimum,
 )
 
 D, N = 4, 9
@@ -21,7 +21,7 @@ D, N = 4, 9
 
 @pytest.fixture
 def batch():
-    return sample_regression(12, d=D, n=N, sigma_max=2.0, generator=5, dtype="float64")
+    return sample_regression(12, d=D, n=N, noise="uniform:2", generator=5, dtype="float64")
 
 
 def rel(a, b):
@@ -109,11 +109,11 @@ def test_one_layer_optimum_by_monte_carlo():
     loss = 0.5 * ((best["eta"] * (alpha * b.x_query).sum(-1) - b.target) ** 2)
     assert abs(loss.mean().item() - best["half_mse"]) < 4 * loss.std().item() / 100_000**0.5
     assert one_layer_optimum(10, 20, 3.0)["eta"] == pytest.approx(1 / 34)
-    assert "Correct" in check_one_layer_optimum(1 / 31, (10 - 200 / 31) / 2, d=10, n=20)
+    assert "Correct" in verify_one_layer_optimum(1 / 31, (10 - 200 / 31) / 2, d=10, n=20)
     with pytest.raises(AssertionError, match="eta"):
-        check_one_layer_optimum(1 / 30, (10 - 200 / 31) / 2, d=10, n=20)
+        verify_one_layer_optimum(1 / 30, (10 - 200 / 31) / 2, d=10, n=20)
     with pytest.raises(AssertionError, match="half_mse"):
-        check_one_layer_optimum(1 / 31, 10 - 200 / 31, d=10, n=20)
+        verify_one_layer_optimum(1 / 31, 10 - 200 / 31, d=10, n=20)
 
 
 def test_bad_input(batch):
@@ -140,10 +140,10 @@ def test_bad_input(batch):
 def test_layer_counts_for_gd_and_gdpp():
     from attnlab.models import gdpp_schedule
     from attnlab.theory.implicit_gd import (
-        check_gdpp_layers,
         gd_error_bound,
         gd_layers_needed,
         gdpp_layers_needed,
+        verify_gdpp_layers,
     )
 
     assert gd_error_bound(3, 3.0) == pytest.approx(0.125)
@@ -154,11 +154,11 @@ def test_layer_counts_for_gd_and_gdpp():
     # log(kappa) growth for GD++, linear growth for GD.
     assert gdpp_layers_needed(1e8, 1e-8) - gdpp_layers_needed(1e4, 1e-8) < 13
     assert gd_layers_needed(1e4, 1e-8) > 90_000
-    assert "Correct" in check_gdpp_layers(gdpp_layers_needed(1e4, 1e-6), kappa=1e4, eps=1e-6)
+    assert "Correct" in verify_gdpp_layers(gdpp_layers_needed(1e4, 1e-6), kappa=1e4, eps=1e-6)
     with pytest.raises(AssertionError, match="not enough"):
-        check_gdpp_layers(3, kappa=1e4, eps=1e-6)
+        verify_gdpp_layers(3, kappa=1e4, eps=1e-6)
     with pytest.raises(AssertionError, match="fewer"):
-        check_gdpp_layers(40, kappa=1e4, eps=1e-6)
+        verify_gdpp_layers(40, kappa=1e4, eps=1e-6)
     with pytest.raises(ValueError, match="kappa"):
         gd_error_bound(2, 0.5)
     with pytest.raises(ValueError, match="eps"):

@@ -4,7 +4,10 @@ import pytest
 import torch
 
 from attnlab.models import (
+    PARAMETERISATIONS,
+    DecayedLinearTransformer,
     LinearTransformer,
+    fast_inputs,
     gd_construction,
     gdpp_construction,
     gdpp_schedule,
@@ -12,7 +15,8 @@ from attnlab.models import (
 )
 from attnlab.tasks.icl_regression import (
     build_tokens,
-    half_mse,
+    gram_inputs,
+    half_mse_loss,
     sample_conditioned_regression,
     sample_regression,
 )
@@ -23,7 +27,7 @@ D, N = 5, 12
 
 @pytest.fixture
 def batch():
-    return sample_regression(16, d=D, n=N, sigma_max=1.0, generator=0, dtype="float64")
+    return sample_regression(16, d=D, n=N, noise="uniform:1", generator=0, dtype="float64")
 
 
 def naive_forward(P, Q, Z):
@@ -111,7 +115,7 @@ def test_gdpp_keeps_q_y_zero_when_trained():
     model = LinearTransformer(D, 2, 2, "gdpp", init_scale=0.05)
     train(
         model,
-        half_mse,
+        half_mse_loss,
         lambda B, g: sample_regression(B, D, N, generator=g),
         optimizer="adam",
         lr=1e-2,
@@ -127,7 +131,7 @@ def test_training_reaches_the_one_step_optimum_scale():
     model = LinearTransformer(D, 1, 1, "diag", diag_mode="omega", seed=0)
     hist = train(
         model,
-        half_mse,
+        half_mse_loss,
         lambda B, g: sample_regression(B, D, N, generator=g),
         optimizer="adam",
         lr=1e-2,
@@ -175,6 +179,12 @@ def test_bad_call_input(batch):
         full.predict(batch.X, batch.y, batch.x_query[:, :2])
     with pytest.raises(ValueError, match="dtype"):
         full.predict(batch.X.float(), batch.y.float(), batch.x_query.float())
+    with pytest.raises(ValueError, match="forms"):
+        fast_inputs(batch.X, batch.y, batch.x_query, {"tokens"})
+    with pytest.raises(ValueError, match="'gram' form"):
+        full.predict_from(fast_inputs(batch.X, batch.y, batch.x_query, {"spectral"}))
+    with pytest.raises(ValueError, match="spectral form needs param='gdpp'"):
+        full.spectral_forward(*fast_inputs(batch.X, batch.y, batch.x_query, {"spectral"})["spectral"])
     with pytest.raises(ValueError, match="eta"):
         one_step_gd(D, float("nan"))
     with pytest.raises(ValueError, match="nu"):
@@ -183,3 +193,89 @@ def test_bad_call_input(batch):
         gdpp_construction(D, 3, 0.0, 1.0)
     with pytest.raises(ValueError, match="n_layers"):
         gdpp_schedule(0, 0.1, 1.0)
+
+
+KEYS = sorted(PARAMETERISATIONS)  # every (param, diag_mode)
+
+
+def _model(key, batch_shape=(), seed=3, scale=0.2):
+    param, mode = key
+    return LinearTransformer(
+        D, 3, 2, param, diag_mode=mode, batch_shape=batch_shape, init_scale=scale, seed=seed, dtype="float64"
+    )
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_token_gram_and_spectral_forms_agree(batch, key):
+    """The three forms of the forward pass give the same predictions, after every layer (float64)."""
+    for batch_shape in ((), (2, 3)):
+        model = _model(key, batch_shape)
+        token = model.predictions_by_layer(batch.X, batch.y, batch.x_query)  # [*models, L+1, B]
+        G, e_t = gram_inputs(batch.X, batch.y, batch.x_query)
+        gram = model.gram_forward(G, e_t, return_layers=True)
+        assert token.shape == (*batch_shape, 4, 16) and gram.shape == token.shape
+        assert token[..., -1, :].abs().min() > 1e-3  # generic, not a trivial zero
+        torch.testing.assert_close(gram, token, rtol=1e-12, atol=1e-12)
+        fast = model.predict_fast(batch.X, batch.y, batch.x_query, return_layers=True)
+        torch.testing.assert_close(fast, token, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(model.predict(batch.X, batch.y, batch.x_query), token[..., -1, :])
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_batch_of_models_is_the_models_one_by_one(key):
+    """Model (i, j) of a batch predicts as the single model with its weights, on its own data."""
+    data = sample_regression(
+        8, D, N, noise=["uniform:1", "fixed:2"], generator=4, dtype="float64"
+    )  # [2, 8, ..]
+    X, y, xq = (t[:, None] for t in (data.X, data.y, data.x_query))  # one data set per first models index
+    model = _model(key, (2, 3))
+    pred = model.predict_fast(X, y, xq)
+    assert pred.shape == (2, 3, 8)
+    packed = model.packed_weights()
+    for i in range(2):
+        for j in range(3):
+            one = LinearTransformer.from_packed(packed[i, j], D, key[0], diag_mode=key[1])
+            torch.testing.assert_close(
+                one.predict(data.X[i], data.y[i], data.x_query[i]), pred[i, j], rtol=1e-12, atol=0
+            )
+
+
+def test_seeds_give_each_model_its_own_initialisation():
+    a = LinearTransformer(D, 2, 2, "diag", batch_shape=(2, 3), seed=[5, 6, 7])
+    b = LinearTransformer(D, 2, 2, "diag", batch_shape=(2, 1), seed=[6])
+    torch.testing.assert_close(a.p[:, 1:2], b.p, rtol=0, atol=0)  # seed 6 does not depend on its neighbours
+    assert not torch.equal(a.p[:, 0], a.p[:, 1])
+    c = LinearTransformer(D, 2, 2, "gdpp", batch_shape=(4,), init_scale=0.5, seed=1)
+    assert torch.all(c.q[..., 1] == 0) and c.packed_weights().shape == (4, 2, 2, 3)
+    with pytest.raises(ValueError, match="seed"):
+        LinearTransformer(D, 2, 2, "diag", batch_shape=(2, 3), seed=[1, 2])
+    with pytest.raises(ValueError, match="weights"):
+        LinearTransformer.from_packed(torch.zeros(2, 2, 5), D, "diag")
+
+
+def test_decayed_keys_token_form_equals_outer_product_form(batch):
+    model = DecayedLinearTransformer(
+        D, 2, 1, gamma_init=[0.7, 0.9, None], learn_decay=[True, False, False], batch_shape=(3,),
+        init_scale=0.3, seed=2, dtype="float64",
+    )  # fmt: skip
+    token = model.predict(batch.X, batch.y, batch.x_query)
+    fast = model.predict_fast(batch.X, batch.y, batch.x_query)
+    torch.testing.assert_close(fast, token, rtol=1e-12, atol=1e-12)
+    plain = LinearTransformer.from_packed(model.packed_weights()[2], D, "diag")  # gamma = sigmoid(30) ~ 1
+    torch.testing.assert_close(token[2], plain.predict(batch.X, batch.y, batch.x_query), rtol=1e-9, atol=0)
+    assert (token[0] - plain.predict(batch.X, batch.y, batch.x_query)).abs().max() > 1e-3
+    token.sum().backward()
+    assert model.decay_logit.grad[0].abs().min() > 0 and torch.all(model.decay_logit.grad[1:] == 0)
+
+
+def test_gdpp_schedule_values():
+    """Pinned values: gamma_l nu_l = 1/3, nu shrinks by 4/9, eta = 2/(mu + nu) at the last layer."""
+    sched = gdpp_schedule(3, 0.1, 1.0)
+    assert sched["gamma"][0] == pytest.approx(1 / 3, rel=1e-15)
+    assert sched["gamma"][1] == pytest.approx(3 / 4, rel=1e-15)  # 1 / (3 * 4/9)
+    mu1 = 0.1 * (1 - 0.1 / 3) ** 2
+    mu2 = mu1 * (1 - 0.75 * mu1) ** 2
+    assert sched["mu"] == pytest.approx([0.1, mu1, mu2], rel=1e-15)
+    assert sched["nu"] == pytest.approx([1.0, 4 / 9, 16 / 81], rel=1e-15)
+    assert sched["eta"] == pytest.approx(2 / (mu2 + 16 / 81), rel=1e-15)
+    assert sched["eps"] == pytest.approx((16 / 81 - mu2) / (16 / 81 + mu2), rel=1e-14)

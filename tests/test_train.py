@@ -228,3 +228,28 @@ def test_record_mean_averages_the_training_losses_of_each_window():
     assert mean.steps == [3, 6, 7]
     expected = [losses[0:3].mean(0), losses[3:6].mean(0), losses[6:7].mean(0)]
     assert np.allclose(mean.as_arrays()["loss"], expected, rtol=1e-12)
+
+
+def test_groups_of_batched_models_train_side_by_side():
+    """A dict of per-model losses, one entry per submodule: each group trains as if alone."""
+    X, y, _ = _regression()
+    w2, w3 = torch.zeros(2, 3, dtype=torch.float64), torch.ones(3, 3, dtype=torch.float64)
+    kw = dict(optimizer="adam", steps=10, batch_size=16, dtype="float64", seed=2, record_every=5)
+    models = nn.ModuleDict({"a": _Batched(w2), "b": _Batched(w3)})
+
+    def losses(m, X, y):
+        return {"a": _per_model_mse(m["a"], X, y), "b": _per_model_mse(m["b"], X, y)}
+
+    hist = train(models, losses, (X, y), lr=0.05, param_lr={"b.w": 0.01, "b.b": 0.01}, **kw)
+    arrays = hist.as_arrays()["loss"]
+    assert arrays["a"].shape == (3, 2) and arrays["b"].shape == (3, 3)
+    assert hist.diverged["a"].shape == (2,) and not hist.diverged["b"].any()
+    for key, w0, lr in (("a", w2, 0.05), ("b", w3, 0.01)):
+        alone = _Batched(w0)
+        h1 = train(alone, _per_model_mse, (X, y), lr=lr, **kw)
+        assert torch.allclose(alone.w, models[key].w, rtol=1e-12, atol=1e-14)
+        assert np.allclose(h1.as_arrays()["loss"], arrays[key], rtol=1e-12)
+    with pytest.raises(ValueError, match="dict keys must name submodules"):
+        train(models, lambda m, X, y: {"c": _per_model_mse(m["a"], X, y)}, (X, y), steps=1)
+    with pytest.raises(ValueError, match="dict values must be tensors"):
+        train(models, lambda m, X, y: {"a": 1.0}, (X, y), steps=1)

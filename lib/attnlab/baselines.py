@@ -362,8 +362,8 @@ class TunedRR:
         s2 = sp.ada_sigma2().numpy()
         qb, ev, t = sp._qb.numpy(), sp.evals.numpy(), tt.numpy()  # numpy: many tiny evaluations
 
-        def loss(theta):
-            c, tau = np.exp(theta)
+        def loss(log_c_tau):
+            c, tau = np.exp(log_c_tau)
             lam = np.minimum(c * s2, tau)
             return float(0.5 * np.mean(((qb / (ev + lam[:, None])).sum(-1) - t) ** 2))
 

@@ -46,8 +46,9 @@ class History:
 
     ``steps[k]`` is the optimizer step after which ``loss[k]`` and every ``tracked[name][k]`` were
     measured (step 0 is the initial point). ``loss[k]`` is a float for one model, an array of
-    per-model losses (``nan`` once a model diverged) for a batch of models; ``diverged`` marks the
-    models whose loss became non-finite (shape of the per-model losses; ``()`` for one model).
+    per-model losses (``nan`` once a model diverged) for a batch of models, a dict of them for
+    groups of models; ``diverged`` marks the models whose loss became non-finite (shape of the
+    per-model losses, ``()`` for one model; a dict for groups).
     """
 
     steps: list[int] = field(default_factory=list)
@@ -56,8 +57,14 @@ class History:
     diverged: np.ndarray = field(default_factory=lambda: np.zeros((), dtype=bool))
 
     def as_arrays(self) -> dict[str, np.ndarray]:
-        """Return ``{"step": ..., "loss": ..., name: ...}`` as numpy arrays."""
-        out = {"step": np.asarray(self.steps), "loss": np.asarray(self.loss)}
+        """``{"step": ..., "loss": ..., name: ...}`` as numpy arrays (``loss`` a dict of them for groups)."""
+        grouped = bool(self.loss) and isinstance(self.loss[0], dict)
+        loss = (
+            {k: np.asarray([v[k] for v in self.loss]) for k in self.loss[0]}
+            if grouped
+            else np.asarray(self.loss)
+        )
+        out = {"step": np.asarray(self.steps), "loss": loss}
         for name, values in self.tracked.items():
             out[name] = np.asarray(values)
         return out
@@ -171,7 +178,10 @@ def train(
         the gradient of its own loss. A model whose loss is not finite is *diverged*: from that
         step on its loss is excluded from the sum and its gradient set to zero (the others go on
         unaffected); :attr:`History.diverged` marks it. (SGD then leaves it where it is; Adam
-        still moves it by its decaying first moment.)
+        still moves it by its decaying first moment.) Several batches of models of different
+        shapes train side by side when ``loss_fn`` returns a dict ``{submodule name: per-model
+        losses}`` (e.g. for an ``nn.ModuleDict`` of batched models): each submodule's
+        parameters lead with the shape of its losses.
     data:
         A tuple of tensors with a common first (sample) dimension, or a sampler
         ``sample(batch_size, generator) -> tuple of tensors`` drawing fresh data each step.
@@ -254,43 +264,73 @@ def train(
         return tuple(t[idx] for t in tensors)
 
     history = History()
-    alive, window, count = None, 0.0, 0
+    alive, window, count, grouped = None, None, 0, False
     bar = tqdm(total=steps, file=sys.stdout, disable=not _progress_enabled(progress), leave=False)
     try:
         for step in range(steps + (record == "last")):
-            loss = loss_fn(model, *next_batch())
-            if not isinstance(loss, torch.Tensor):
-                raise ValueError("loss_fn must return a tensor: a scalar or one loss per model")
+            out = loss_fn(model, *next_batch())
+            grouped = isinstance(out, Mapping)
+            parts = _loss_parts(out, model)
             if alive is None:
-                alive = torch.ones(loss.shape, dtype=torch.bool, device=loss.device)
-            elif loss.shape != alive.shape:
-                raise ValueError(f"loss_fn must return the same shape every step, got {list(loss.shape)}")
-            alive = alive & torch.isfinite(loss.detach())
-            nan = torch.full_like(loss, float("nan"))
+                alive = {k: torch.ones(v.shape, dtype=torch.bool, device=v.device) for k, v in parts.items()}
+            elif {k: v.shape for k, v in parts.items()} != {k: v.shape for k, v in alive.items()}:
+                raise ValueError("loss_fn must return the same keys and shapes every step")
+            alive = {k: alive[k] & torch.isfinite(v.detach()) for k, v in parts.items()}
+            kept = {
+                k: torch.where(alive[k], v.detach(), torch.full_like(v, float("nan")))
+                for k, v in parts.items()
+            }
             if record == "last" and (step % record_every == 0 or step == steps):
-                _record(history, step, torch.where(alive, loss.detach(), nan), model, callbacks)
+                _record(history, step, kept, grouped, model, callbacks)
             if step == steps:
                 break
             opt.zero_grad()
-            if loss.ndim == 0:  # one model: its loss as it is
-                loss.backward()
+            if not grouped and out.ndim == 0:  # one model: its loss as it is
+                out.backward()
             else:
-                torch.where(alive, loss, torch.zeros_like(loss)).sum().backward()
-                _mask_diverged(model, alive)
+                sum(torch.where(alive[k], v, torch.zeros_like(v)).sum() for k, v in parts.items()).backward()
+                for k in parts:
+                    _mask_diverged(model.get_submodule(k), alive[k])
             opt.step(lr_factor(lr_schedule, step, steps))
             bar.update(1)
             if record == "mean":
-                window, count = window + torch.where(alive, loss.detach(), nan), count + 1
+                window = kept if window is None else {k: window[k] + kept[k] for k in kept}
+                count += 1
                 if (step + 1) % record_every == 0 or step + 1 == steps:
-                    _record(history, step + 1, window / count, model, callbacks)
-                    window, count = 0.0, 0
+                    _record(
+                        history,
+                        step + 1,
+                        {k: v / count for k, v in window.items()},
+                        grouped,
+                        model,
+                        callbacks,
+                    )
+                    window, count = None, 0
     finally:
         bar.close()
-    history.diverged = ~alive.cpu().numpy() if alive is not None else np.zeros((), dtype=bool)
+    if alive is not None:
+        diverged = {k: ~v.cpu().numpy() for k, v in alive.items()}
+        history.diverged = diverged if grouped else diverged[""]
     return history
 
 
-def _record(history, step, loss, model, callbacks):
+def _loss_parts(out, model) -> dict:
+    """``{submodule name: losses}`` from what ``loss_fn`` returned (``""``: the whole model)."""
+    if isinstance(out, torch.Tensor):
+        return {"": out}
+    if not isinstance(out, Mapping) or not out:
+        raise ValueError("loss_fn must return a tensor (a scalar or one loss per model) or a dict of them")
+    names = dict(model.named_modules())
+    for k, v in out.items():
+        if k not in names or not k:
+            raise ValueError(f"loss_fn's dict keys must name submodules of the model, got {k!r}")
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"loss_fn's dict values must be tensors, got {type(v).__name__} for {k!r}")
+    return dict(out)
+
+
+def _record(history, step, losses, grouped, model, callbacks):
     history.steps.append(step)
-    history.loss.append(float(loss) if loss.ndim == 0 else loss.cpu().numpy())
+    values = {k: float(v) if v.ndim == 0 else v.cpu().numpy() for k, v in losses.items()}
+    history.loss.append(values if grouped else values[""])
     _evaluate_callbacks(model, callbacks, history)

@@ -10,19 +10,21 @@ library is defined here (and nowhere else):
   (token form and fast Gram form, many runs at once), its untied and learned-value variants, the
   purely positional linear baseline, and the one-layer histogram transformer.
 - :mod:`attnlab.models.linear_transformer` — Part III (paper C): multi-layer linear transformers
-  for in-context regression, and the hand-set GD / GD++ weights.
+  for in-context regression (one model or a batch), their parameterisations and the decayed-key
+  variant; :mod:`attnlab.models.gd_constructions` — the hand-set GD / GD++ weights.
 """
 
+from attnlab.models.gd_constructions import gd_construction, gdpp_construction, gdpp_schedule, one_step_gd
 from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.models.linear_transformer import (
     LT_DIAG_MODES,
     LT_PARAMS,
+    PARAMETERISATIONS,
+    DecayedLinearTransformer,
     LinearTransformer,
     default_init_scale,
-    gd_construction,
-    gdpp_construction,
-    gdpp_schedule,
-    one_step_gd,
+    fast_inputs,
+    spectral_inputs,
 )
 from attnlab.models.softmax_attention import (
     HistogramTransformer,
@@ -36,6 +38,8 @@ from attnlab.models.softmax_attention import (
 __all__ = [
     "LT_DIAG_MODES",
     "LT_PARAMS",
+    "PARAMETERISATIONS",
+    "DecayedLinearTransformer",
     "HistogramTransformer",
     "LinearSelfAttention",
     "LinearTransformer",
@@ -46,8 +50,10 @@ __all__ = [
     "TwoTokenData",
     "UntiedLowRankAttention",
     "default_init_scale",
+    "fast_inputs",
     "gd_construction",
     "gdpp_construction",
     "gdpp_schedule",
     "one_step_gd",
+    "spectral_inputs",
 ]

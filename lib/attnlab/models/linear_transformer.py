@@ -1,58 +1,200 @@
-"""Part III (paper C): multi-layer linear transformers for in-context regression."""
+"""Part III (paper C): multi-layer linear transformers for in-context regression.
+
+One class, :class:`LinearTransformer`, holds the weights of one model or of a batch of models
+(leading *models* dimensions ``batch_shape``, e.g. noise settings × seeds) and computes the same
+function in three forms, tested equal in float64:
+
+- the **token form** (:meth:`~LinearTransformer.forward`, :meth:`~LinearTransformer.predict`),
+  the layer as the chapters write it (chapter 01, eq. ``eq-lt-layer``)::
+
+      Z <- Z + sum_k P_k (Z M Z^T) Q_k Z,    M = diag(1, ..., 1, 0);
+
+- the **Gram form** (:meth:`~LinearTransformer.gram_forward`): every token moves by the same
+  linear map ``T = I + K(G)`` with ``K(G) = sum_k P_k G Q_k`` and ``G = sum_{j<=n} e_j e_j^T``,
+  so the next layer's Gram matrix is ``T G T^T`` and the query is ``T e_t`` — the forward pass
+  needs the ``(d+1) x (d+1)`` Gram matrix and the query, never the ``n`` context tokens;
+- the **spectral form** of GD++ (:meth:`~LinearTransformer.spectral_forward`): a GD++ layer
+  multiplies every ``x`` by ``I + omega_xx Sigma``, so ``Sigma`` keeps its eigenvectors and every
+  layer is elementwise in its eigenbasis (chapter 03).
+
+:meth:`~LinearTransformer.predict_fast` picks the fastest form; the trainer
+(:func:`attnlab.icl_training.train_icl`) and the evaluations use it. The parameterisations
+(``param``, ``diag_mode``) are the small classes of :data:`PARAMETERISATIONS`; each one only says
+which tensors it trains and what the layer operator ``K`` of layer ``l`` is.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from attnlab.tasks.icl_regression import build_tokens
-from attnlab.validation import (
-    check_choice,
-    check_int,
-    check_real,
-    make_generator,
-    resolve_dtype,
-)
+from attnlab.tasks.icl_regression import build_tokens, gram_inputs
+from attnlab.validation import check_choice, check_int, check_real, make_generator, resolve_dtype
 
 LT_PARAMS = ("full", "diag", "gdpp")
 LT_DIAG_MODES = ("pq", "omega")
-_OMEGA_NAMES = ("omega_xx", "omega_xy", "omega_yx", "omega_yy")
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameterisations: which tensors are trained, and the layer operator K they define.
+# ------------------------------------------------------------------------------------------------
+
+
+class Full:
+    """FULL: free ``P_k, Q_k`` ``(d+1) x (d+1)`` per head; ``K = sum_k P_k S Q_k``.
+
+    Tensors ``P``, ``Q`` ``[*models, n_layers, n_heads, d+1, d+1]``; packed per head as
+    ``(2, d+1, d+1)`` (``P`` then ``Q``).
+    """
+
+    param, diag_mode, names, fast_form = "full", None, ("P", "Q"), "gram"
+
+    def packed_shape(self, L, H, D):
+        return (L, H, 2, D, D)
+
+    def unpack(self, w):
+        return {"P": w[..., 0, :, :], "Q": w[..., 1, :, :]}
+
+    def pack(self, model):
+        return torch.stack([model.P, model.Q], dim=-3)
+
+    def operator(self, model, layer, S):
+        P, Q = model.P[..., layer, :, :, :], model.Q[..., layer, :, :, :]  # [*models, H, D, D]
+        # sum_k P_k S Q_k with the data batch between the models and the heads dimensions.
+        return (P[..., None, :, :, :] @ S[..., None, :, :] @ Q[..., None, :, :, :]).sum(-3)
+
+
+class _Diagonal:
+    """DIAG-type: ``K = Omega ∘ S`` with the block-constant ``Omega = [[w_xx, w_xy], [w_yx, w_yy]]``.
+
+    (chapter 02, eq. ``eq-diag-layer``). GD++ (``param="gdpp"``) masks ``omega_xy = omega_yy = 0``.
+    """
+
+    def __init__(self, param):
+        self.param = param
+        self.mask = (1.0, 0.0, 1.0, 0.0) if param == "gdpp" else (1.0, 1.0, 1.0, 1.0)
+        self.fast_form = "spectral" if param == "gdpp" else "gram"  # GD++ keeps Sigma's eigenvectors
+
+    def operator(self, model, layer, S):
+        om = model.omegas()[..., layer, :]  # [*models, 4]
+        D = S.shape[-1]
+        top = torch.cat(
+            [
+                om[..., 0:1, None].expand(*om.shape[:-1], D - 1, D - 1),
+                om[..., 1:2, None].expand(*om.shape[:-1], D - 1, 1),
+            ],
+            dim=-1,
+        )
+        bottom = torch.cat(
+            [
+                om[..., 2:3, None].expand(*om.shape[:-1], 1, D - 1),
+                om[..., 3:4, None].expand(*om.shape[:-1], 1, 1),
+            ],
+            dim=-1,
+        )
+        return torch.cat([top, bottom], dim=-2)[..., None, :, :] * S  # [*models, B, D, D]
+
+
+class HeadsPQ(_Diagonal):
+    """DIAG through the heads: ``P_k = diag(p_x I, p_y)``, ``Q_k = diag(q_x I, q_y)``, the paper's DIAG.
+
+    Tensors ``p``, ``q`` ``[*models, n_layers, n_heads, 2]``; ``omega_xx = sum_k p_x q_x`` etc.
+    Packed per head as ``(p_x, p_y, q_x, q_y)`` (DIAG) or ``(p_x, p_y, q_x)`` (GD++, ``q_y = 0``).
+    """
+
+    diag_mode, names = "pq", ("p", "q")
+
+    def packed_shape(self, L, H, D):
+        return (L, H, 3 if self.param == "gdpp" else 4)
+
+    def unpack(self, w):
+        qy = w[..., 3] if self.param == "diag" else torch.zeros_like(w[..., 2])
+        return {"p": w[..., :2], "q": torch.stack([w[..., 2], qy], dim=-1)}
+
+    def pack(self, model):
+        return torch.cat([model.p, model.q[..., : 1 if self.param == "gdpp" else 2]], dim=-1)
+
+    def omegas(self, model):
+        p, q = model.p, model.q  # [*models, L, H, 2]
+        om = torch.stack(
+            [p[..., 0] * q[..., 0], p[..., 0] * q[..., 1], p[..., 1] * q[..., 0], p[..., 1] * q[..., 1]], -1
+        )
+        return om.sum(-2)  # [*models, L, 4]
+
+
+class FreeOmega(_Diagonal):
+    """DIAG through free ``omega``'s: the four head sums of every layer, trained directly.
+
+    Tensor ``omega`` ``[*models, n_layers, 4]`` (``n_heads`` plays no role). With one head the
+    ``"pq"`` form forces ``omega_xx omega_yy = omega_xy omega_yx``; this form does not. The book
+    uses it for hand-set weights (chapters 03, 05) and trains DIAG through :class:`HeadsPQ`.
+    """
+
+    diag_mode, names = "omega", ("omega",)
+
+    def packed_shape(self, L, H, D):
+        return (L, 4)
+
+    def unpack(self, w):
+        return {"omega": w}
+
+    def pack(self, model):
+        return model.omega
+
+    def omegas(self, model):
+        return model.omega
+
+
+PARAMETERISATIONS = {
+    ("full", "pq"): Full(),
+    ("diag", "pq"): HeadsPQ("diag"),
+    ("gdpp", "pq"): HeadsPQ("gdpp"),
+    ("diag", "omega"): FreeOmega("diag"),
+    ("gdpp", "omega"): FreeOmega("gdpp"),
+}
+
+
+def default_init_scale(param: str, diag_mode: str, n_layers: int) -> float:
+    """Default ``init_scale``: ``0.002 / n_layers`` (von Oswald et al.).
+
+    The ``"omega"`` mode trains the omegas directly, so its entries start at the square of that
+    scale, as products ``p q`` of two such entries would.
+    """
+    base = 0.002 / n_layers
+    return base**2 if (param != "full" and diag_mode == "omega") else base
+
+
+# ------------------------------------------------------------------------------------------------
+# The model.
+# ------------------------------------------------------------------------------------------------
 
 
 class LinearTransformer(nn.Module):
-    """A multi-layer linear transformer for in-context regression (paper C, section 3).
+    """A multi-layer linear transformer for in-context regression (paper C, section 3), or a batch of them.
 
-    Tokens are the columns of ``Z [batch, d+1, n+1]`` (see
+    Tokens are the columns of ``Z [..., batch, d+1, n+1]`` (see
     :func:`attnlab.tasks.icl_regression.build_tokens`). Layer ``l`` with ``H`` heads does
 
         Z <- Z + sum_k P_k (Z M Z^T) Q_k Z,    M = diag(1, ..., 1, 0),
 
-    so keys and values see only the ``n`` context tokens (the query is masked out of them) while
-    every token, the query included, is updated. No softmax, no ``1/n``, no MLP, no LayerNorm;
-    the prediction is ``-y`` of the query token after the last layer (:meth:`predict`).
-    Writing ``S = Z M Z^T = [[Sigma, alpha], [alpha^T, lambda]]``, the layer adds ``K Z`` with
-    ``K = sum_k P_k S Q_k`` (:meth:`layer_operator`), computed for all heads in one ``einsum``.
+    so keys and values see only the ``n`` context tokens while every token, the query included,
+    is updated. No softmax, no ``1/n``, no MLP, no LayerNorm; the prediction is ``-y`` of the
+    query token after the last layer (:meth:`predict`). Writing ``S = Z M Z^T``, the layer adds
+    ``K Z`` with ``K = sum_k P_k S Q_k`` (:meth:`layer_operator`).
 
-    ``param``:
+    ``param``: ``"full"`` (free ``P_k, Q_k``), ``"diag"`` (``P_k = diag(p_x I, p_y)``,
+    ``Q_k = diag(q_x I, q_y)``, so ``K = Omega ∘ S`` with ``omega_xx = sum_k p_x q_x`` etc.,
+    :meth:`omegas`) or ``"gdpp"`` (DIAG with ``q_y = 0``: ``omega_xy = omega_yy = 0``).
+    ``diag_mode`` (DIAG and GD++): ``"pq"`` trains ``p, q`` per head, as the paper's heads do;
+    ``"omega"`` trains the four omegas of each layer freely (:class:`FreeOmega`).
 
-    - ``"full"``: ``P_k, Q_k`` free ``(d+1) x (d+1)`` matrices (parameters ``P``, ``Q``
-      ``[n_layers, n_heads, d+1, d+1]``).
-    - ``"diag"``: ``P_k = diag(p_x I, p_y)``, ``Q_k = diag(q_x I, q_y)``, so
-      ``K = [[omega_xx Sigma, omega_xy alpha], [omega_yx alpha^T, omega_yy lambda]]`` with
-      ``omega_xx = sum_k p_x q_x`` etc. (:meth:`omegas`).
-    - ``"gdpp"``: DIAG with ``q_y = 0`` (``omega_xy = omega_yy = 0``): a preconditioning step on
-      ``x`` and a gradient step on ``y``.
-
-    ``diag_mode`` (``"diag"`` and ``"gdpp"`` only): ``"pq"`` trains ``p = (p_x, p_y)`` and
-    ``q = (q_x, q_y)`` per head (parameters ``p``, ``q`` ``[n_layers, n_heads, 2]``), as the
-    paper's heads do; ``"omega"`` trains the four ``omega``'s of each layer freely (parameter
-    ``omega [n_layers, 4]``, the head sums; ``n_heads`` then plays no role). With one head the
-    ``"pq"`` form forces ``omega_xx omega_yy = omega_xy omega_yx``; ``"omega"`` does not. The book
-    trains DIAG through ``"pq"`` (chapters 04, 05) unless it says otherwise.
-
-    Parameters are drawn ``N(0, init_scale^2)`` from ``seed``; the default is
-    :func:`default_init_scale`. Hand-set weights: :func:`one_step_gd`, :func:`gd_construction`,
-    :func:`gdpp_construction`.
+    ``batch_shape`` are leading models dimensions of every weight (``()``: one model). Weights
+    are drawn ``N(0, init_scale^2)`` (default :func:`default_init_scale`) in the packed layout of
+    the parameterisation, from ``seed``: an int, or a list of ints, one generator per index of the
+    last models dimension (so that a seed's initialisation does not depend on the other seeds
+    trained with it). Hand-set weights: :mod:`attnlab.models.gd_constructions`.
     """
 
     def __init__(
@@ -63,9 +205,11 @@ class LinearTransformer(nn.Module):
         param: str = "full",
         *,
         diag_mode: str = "pq",
+        batch_shape: Sequence[int] = (),
         init_scale: float | None = None,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         dtype="float32",
+        device="cpu",
     ):
         super().__init__()
         self.d = check_int("d", d, minimum=1)
@@ -73,55 +217,29 @@ class LinearTransformer(nn.Module):
         self.n_heads = check_int("n_heads", n_heads, minimum=1)
         self.param = check_choice("param", param, LT_PARAMS)
         self.diag_mode = check_choice("diag_mode", diag_mode, LT_DIAG_MODES)
+        self.batch_shape = tuple(check_int("batch_shape", s, minimum=1) for s in batch_shape)
+        self.parameterisation = PARAMETERISATIONS[(self.param, "pq" if param == "full" else self.diag_mode)]
         if init_scale is None:
             init_scale = default_init_scale(self.param, self.diag_mode, self.n_layers)
         init_scale = check_real("init_scale", init_scale, minimum=0.0)
         dtype = resolve_dtype(dtype)
-        gen = make_generator(seed)
-        L, H, D = self.n_layers, self.n_heads, self.d + 1
-
-        def draw(*shape):
-            return nn.Parameter(
-                init_scale * torch.randn(*shape, generator=gen, dtype=torch.float64).to(dtype)
-            )
-
-        if self.param == "full":
-            self.P = draw(L, H, D, D)  # [n_layers, n_heads, d+1, d+1]
-            self.Q = draw(L, H, D, D)  # [n_layers, n_heads, d+1, d+1]
-        elif self.diag_mode == "pq":
-            self.p = draw(L, H, 2)  # [n_layers, n_heads, (p_x, p_y)]
-            self.q = draw(L, H, 2)  # [n_layers, n_heads, (q_x, q_y)]
-        else:
-            self.omega = draw(L, 4)  # [n_layers, (xx, xy, yx, yy)]
-        # GD++ zeroes q_y, hence omega_xy and omega_yy.
-        mask = [1.0, 0.0, 1.0, 0.0] if self.param == "gdpp" else [1.0, 1.0, 1.0, 1.0]
-        self.register_buffer("omega_mask", torch.tensor(mask, dtype=dtype))
-        if self.param != "full" and self.diag_mode == "pq":
-            with torch.no_grad():
-                self.q[..., 1] *= self.omega_mask[1]
+        packed = self.parameterisation.packed_shape(self.n_layers, self.n_heads, self.d + 1)
+        weights = init_scale * _randn(self.batch_shape, packed, seed, dtype, device)
+        for name, value in self.parameterisation.unpack(weights).items():
+            setattr(self, name, nn.Parameter(value.contiguous()))
+        mask = getattr(self.parameterisation, "mask", (1.0, 1.0, 1.0, 1.0))
+        self.register_buffer("omega_mask", torch.tensor(mask, dtype=dtype, device=device))
 
     # -- weights -------------------------------------------------------------------------------
 
     def omegas(self) -> torch.Tensor:
-        """``[n_layers, 4]``: ``(omega_xx, omega_xy, omega_yx, omega_yy)`` of every layer (DIAG, GD++)."""
+        """``[*models, n_layers, 4]``: ``(omega_xx, omega_xy, omega_yx, omega_yy)`` per layer (DIAG, GD++)."""
         if self.param == "full":
             raise ValueError("param='full' has no omegas; use P and Q (or layer_operator)")
-        if self.diag_mode == "omega":
-            return self.omega * self.omega_mask
-        p, q = self.p, self.q  # [L, H, 2]
-        om = torch.stack(
-            [
-                (p[..., 0] * q[..., 0]).sum(-1),
-                (p[..., 0] * q[..., 1]).sum(-1),
-                (p[..., 1] * q[..., 0]).sum(-1),
-                (p[..., 1] * q[..., 1]).sum(-1),
-            ],
-            dim=-1,
-        )  # [L, 4]
-        return om * self.omega_mask
+        return self.parameterisation.omegas(self) * self.omega_mask
 
     def layer_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(P, Q)``, each ``[n_layers, n_heads, d+1, d+1]``.
+        """``(P, Q)``, each ``[*models, n_layers, n_heads, d+1, d+1]``.
 
         DIAG/GD++ in ``"pq"`` mode give their diagonal matrices; ``"omega"`` mode has no P, Q.
         """
@@ -131,170 +249,256 @@ class LinearTransformer(nn.Module):
             raise ValueError("diag_mode='omega' has free omegas and no per-head P, Q; use omegas()")
         d = self.d
 
-        def expand(v):  # [L, H, 2] -> [L, H, d+1, d+1]
-            diag = torch.cat([v[..., :1].expand(*v.shape[:-1], d), v[..., 1:]], dim=-1)
-            return torch.diag_embed(diag)
+        def expand(v):  # [.., 2] -> [.., d+1, d+1]
+            return torch.diag_embed(torch.cat([v[..., :1].expand(*v.shape[:-1], d), v[..., 1:]], dim=-1))
 
-        q = self.q * self.omega_mask[[0, 1]]  # GD++: q_y = 0
-        return expand(self.p), expand(q)
+        return expand(self.p), expand(self.q * self.omega_mask[[0, 1]])  # GD++: q_y = 0
 
-    def _omega_block(self, layer: int) -> torch.Tensor:
-        """``[d+1, d+1]`` block-constant matrix ``[[omega_xx, omega_xy], [omega_yx, omega_yy]]``."""
-        om = self.omegas()[layer]
-        d = self.d
-        top = torch.cat([om[0].expand(d), om[1:2]])  # [d+1]
-        bottom = torch.cat([om[2].expand(d), om[3:4]])  # [d+1]
-        return torch.cat([top.expand(d, d + 1), bottom[None, :]], dim=0)
+    def packed_weights(self) -> torch.Tensor:
+        """All weights in the packed layout ``[*models, n_layers, n_heads, ...]`` (stored in result files)."""
+        return self.parameterisation.pack(self)
+
+    @classmethod
+    def from_packed(cls, weights, d: int, param: str = "full", *, diag_mode: str = "pq", dtype="float64"):
+        """The model (or batch of models) holding packed ``weights``, as :meth:`packed_weights` gives."""
+        param = check_choice("param", param, LT_PARAMS)
+        p = PARAMETERISATIONS[
+            (param, "pq" if param == "full" else check_choice("diag_mode", diag_mode, LT_DIAG_MODES))
+        ]
+        w = torch.as_tensor(weights).to(resolve_dtype(dtype))
+        k = len(p.packed_shape(1, 1, d + 1))  # trailing dims: (L, H, ...) or (L, 4)
+        if w.ndim < k:
+            raise ValueError(
+                f"weights must be [*models, n_layers, ...] for param {param!r}, got {list(w.shape)}"
+            )
+        lead = tuple(w.shape[: w.ndim - k])
+        L, H = w.shape[len(lead)], (w.shape[len(lead) + 1] if k >= 3 else 1)
+        if tuple(p.packed_shape(L, H, d + 1)) != tuple(w.shape[len(lead) :]):
+            raise ValueError(f"weights must be [*models, {p.packed_shape(L, H, d + 1)}], got {list(w.shape)}")
+        model = cls(d, L, H, param, diag_mode=diag_mode, batch_shape=lead, init_scale=0.0, dtype=dtype)
+        with torch.no_grad():
+            for name, value in p.unpack(w).items():
+                getattr(model, name).copy_(value)
+        return model
 
     def layer_operator(self, layer: int, S: torch.Tensor) -> torch.Tensor:
-        """``K = sum_k P_k S Q_k`` ``[batch, d+1, d+1]`` for ``S = Z M Z^T`` ``[batch, d+1, d+1]``.
+        """``K = sum_k P_k S Q_k`` ``[*models, batch, d+1, d+1]`` for ``S = Z M Z^T [..., batch, d+1, d+1]``.
 
         For DIAG/GD++ this is ``S`` times the block-constant omega matrix (elementwise).
         """
         layer = check_int("layer", layer, minimum=0, maximum=self.n_layers - 1)
-        if self.param == "full":
-            return torch.einsum("hij,bjk,hkl->bil", self.P[layer], S, self.Q[layer])
-        return S * self._omega_block(layer)
+        return self.parameterisation.operator(self, layer, S)
 
-    # -- forward -------------------------------------------------------------------------------
+    # -- token form ----------------------------------------------------------------------------
 
     def _check_Z(self, Z):
-        if not isinstance(Z, torch.Tensor) or Z.ndim != 3 or Z.shape[1] != self.d + 1 or Z.shape[2] < 2:
+        if not isinstance(Z, torch.Tensor) or Z.ndim < 3 or Z.shape[-2] != self.d + 1 or Z.shape[-1] < 2:
             shape = list(Z.shape) if isinstance(Z, torch.Tensor) else type(Z).__name__
-            raise ValueError(f"Z must be a tensor of shape [batch, d+1={self.d + 1}, n+1>=2], got {shape}")
+            raise ValueError(
+                f"Z must be a tensor of shape [..., batch, d+1={self.d + 1}, n+1>=2], got {shape}"
+            )
         dtype = self.omega_mask.dtype
         if Z.dtype != dtype:
             raise ValueError(f"Z (from X, y, x_query) has dtype {Z.dtype} but the model is {dtype}: cast one")
 
+    def _context_gram(self, ctx: torch.Tensor, layer: int) -> torch.Tensor:
+        """``S = Z M Z^T`` from the context tokens ``ctx [.., B, D, n]`` (keys and values)."""
+        return ctx @ ctx.transpose(-1, -2)
+
     def hidden_states(self, Z: torch.Tensor) -> list[torch.Tensor]:
-        """The token matrices ``[Z^0, Z^1, ..., Z^L]``, each ``[batch, d+1, n+1]``."""
+        """The token matrices ``[Z^0, Z^1, ..., Z^L]``, each ``[*models, batch, d+1, n+1]``."""
         self._check_Z(Z)
-        n = Z.shape[2] - 1
+        n = Z.shape[-1] - 1
         states = [Z]
         for layer in range(self.n_layers):
-            ctx = Z[:, :, :n]  # keys/values: context tokens only (query masked out)
-            S = ctx @ ctx.transpose(1, 2)  # [B, d+1, d+1] = Z M Z^T
+            S = self._context_gram(Z[..., :n], layer)  # [.., B, d+1, d+1]: the query is masked out
             Z = Z + self.layer_operator(layer, S) @ Z
             states.append(Z)
         return states
 
     def forward(self, Z: torch.Tensor) -> torch.Tensor:
-        """Apply all layers to the token matrix ``Z [batch, d+1, n+1]``; returns the same shape."""
+        """Apply all layers to the token matrix ``Z [..., batch, d+1, n+1]`` (token form)."""
         return self.hidden_states(Z)[-1]
 
     def predict(self, X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
-        """``[batch]``: the prediction ``-y_{n+1}`` read from the query token after the last layer."""
-        Z = build_tokens(X, y, x_query)
-        return -self.forward(Z)[:, self.d, -1]
+        """``[*models, batch]``: the prediction ``-y_{n+1}`` read from the query token after the last layer"""
+        return -self.forward(build_tokens(X, y, x_query))[..., self.d, -1]
 
     def predictions_by_layer(self, X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
-        """``[n_layers+1, batch]``: the readout ``-y_{n+1}`` after 0, 1, ..., L layers."""
+        """``[*models, n_layers+1, batch]``: the readout ``-y_{n+1}`` after 0, 1, ..., L layers."""
         states = self.hidden_states(build_tokens(X, y, x_query))
-        return -torch.stack([Z[:, self.d, -1] for Z in states])
+        return -torch.stack(torch.broadcast_tensors(*[Z[..., self.d, -1] for Z in states]), dim=-2)
+
+    # -- Gram and spectral forms ---------------------------------------------------------------
+
+    def gram_forward(
+        self, G: torch.Tensor, e_t: torch.Tensor, *, return_layers: bool = False
+    ) -> torch.Tensor:
+        """Predictions from the context Gram matrix ``G [..., B, d+1, d+1]`` and query ``e_t [..., B, d+1]``.
+
+        Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
+        Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
+        """
+        eye = torch.eye(G.shape[-1], device=G.device, dtype=G.dtype)
+        outs = [-e_t[..., -1]]
+        for layer in range(self.n_layers):
+            T = eye + self.layer_operator(layer, G)  # [*models, B, D, D]
+            e_t = (T * e_t[..., None, :]).sum(-1)  # T e_t
+            if layer < self.n_layers - 1:
+                G = T @ G @ T.transpose(-1, -2)
+            outs.append(-e_t[..., -1])
+        return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
+
+    def spectral_forward(self, s, beta, x_t, *, return_layers: bool = False) -> torch.Tensor:
+        """GD++ predictions in the eigenbasis of ``Sigma``: ``O(d)`` per sequence and layer (chapter 03).
+
+        ``s`` eigenvalues of ``Sigma``, ``beta`` and ``x_t`` the label vector ``alpha`` and the
+        query in its eigenbasis (:func:`spectral_inputs`), each ``[..., B, d]``. With
+        ``a = omega_xx``, ``c = omega_yx``: ``s <- s (1 + a s)^2``, ``beta <- (1 + a s)(1 + c s) beta``,
+        ``y_t <- y_t + c beta^T x_t``, ``x_t <- (1 + a s) x_t``.
+        """
+        if self.param != "gdpp":
+            raise ValueError(f"the spectral form needs param='gdpp', the model has param={self.param!r}")
+        om = self.omegas()  # [*models, L, 4]
+        y_t = torch.zeros_like(s[..., 0])
+        outs = [-y_t]
+        for layer in range(self.n_layers):
+            a = om[..., layer, 0][..., None, None]  # [*models, 1, 1]
+            c = om[..., layer, 2][..., None]  # [*models, 1]
+            y_t = y_t + c * (beta * x_t).sum(-1)
+            outs.append(-y_t)
+            if layer < self.n_layers - 1:
+                shrink = 1 + a * s
+                beta = shrink * (1 + c[..., None] * s) * beta
+                x_t = shrink * x_t
+                s = s * shrink**2
+        return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
+
+    @property
+    def fast_form(self) -> str:
+        """The form :meth:`predict_fast` uses: ``"spectral"`` for GD++, ``"gram"`` otherwise."""
+        return self.parameterisation.fast_form
+
+    def predict_from(self, inputs: dict, *, return_layers: bool = False) -> torch.Tensor:
+        """The prediction from precomputed :func:`fast_inputs` (shared by models trained side by side)."""
+        if self.fast_form not in inputs:
+            raise ValueError(f"inputs must hold the {self.fast_form!r} form (fast_inputs(..., forms))")
+        forward = self.spectral_forward if self.fast_form == "spectral" else self.gram_forward
+        return forward(*inputs[self.fast_form], return_layers=return_layers)
+
+    def predict_fast(self, X, y, x_query, *, return_layers: bool = False) -> torch.Tensor:
+        """The prediction of :meth:`predict` in the fastest exact form (:attr:`fast_form`)."""
+        return self.predict_from(fast_inputs(X, y, x_query, {self.fast_form}), return_layers=return_layers)
 
     def extra_repr(self) -> str:
         mode = f", diag_mode={self.diag_mode!r}" if self.param != "full" else ""
-        return f"d={self.d}, n_layers={self.n_layers}, n_heads={self.n_heads}, param={self.param!r}{mode}"
+        models = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        shape = f"d={self.d}, n_layers={self.n_layers}, n_heads={self.n_heads}"
+        return f"{shape}, param={self.param!r}{mode}{models}"
 
 
-def default_init_scale(param: str, diag_mode: str, n_layers: int) -> float:
-    """Default ``init_scale`` of :class:`LinearTransformer`: ``0.002 / n_layers`` (von Oswald et al.).
+def fast_inputs(X, y, x_query, forms) -> dict:
+    """The inputs of the fast forms named in ``forms`` (``"gram"``, ``"spectral"``, ``"outer"``).
 
-    The ``"omega"`` mode trains the omegas directly, so its entries start at the square of that
-    scale, as products ``p q`` of two such entries would.
+    ``"gram"``: ``(G, e_t)``; ``"spectral"``: :func:`spectral_inputs`; ``"outer"``: the context's
+    outer products ``e_j e_j^T [..., n, D, D]`` and ``e_t`` (decayed keys). Computed once, they
+    serve every model that uses them (:meth:`LinearTransformer.predict_from`).
     """
-    base = 0.002 / n_layers
-    return base**2 if (param != "full" and diag_mode == "omega") else base
+    unknown = set(forms) - {"gram", "spectral", "outer"}
+    if unknown:
+        raise ValueError(f"forms must be among 'gram', 'spectral', 'outer', got {sorted(unknown)}")
+    G, e_t = gram_inputs(X, y, x_query)
+    out = {}
+    if "gram" in forms:
+        out["gram"] = (G, e_t)
+    if "spectral" in forms:
+        out["spectral"] = spectral_inputs(G, e_t)
+    if "outer" in forms:
+        E = torch.cat([X, y[..., None]], dim=-1)  # [.., B, n, D]
+        out["outer"] = (E[..., :, None] * E[..., None, :], e_t)  # [.., B, n, D, D], [.., B, D]
+    return out
 
 
-def _set_omegas(model: LinearTransformer, omegas) -> LinearTransformer:
-    """Write ``omegas [n_layers, 4]`` into a DIAG/GD++ model (``"pq"``: head 0 realises them)."""
-    om = torch.as_tensor(omegas, dtype=torch.float64)
-    with torch.no_grad():
-        if model.diag_mode == "omega":
-            model.omega.copy_(om)
-            return model
-        # The constructions use only omega_xx and omega_yx: head 0 with p = (omega_xx, omega_yx)
-        # and q = (1, 0) realises them.
-        model.p.zero_()
-        model.q.zero_()
-        for layer, (xx, xy, yx, yy) in enumerate(om.tolist()):
-            if xy == 0.0 and yy == 0.0:
-                model.p[layer, 0] = torch.tensor([xx, yx])
-                model.q[layer, 0] = torch.tensor([1.0, 0.0])
-            else:
-                raise ValueError(f"omegas of layer {layer} cannot be set through one head in diag_mode='pq'")
-    return model
+def spectral_inputs(G: torch.Tensor, e_t: torch.Tensor):
+    """``(s, beta, x_t)``: the eigenvalues of ``Sigma``, ``alpha`` and ``x_t`` in its eigenbasis."""
+    d = G.shape[-1] - 1
+    s, V = torch.linalg.eigh(G[..., :d, :d])  # Sigma = V diag(s) V^T
+    beta = (V.transpose(-1, -2) @ G[..., :d, d:])[..., 0]  # V^T alpha
+    xq = (V.transpose(-1, -2) @ e_t[..., :d, None])[..., 0]  # V^T x_t
+    return s, beta, xq
 
 
-def gd_construction(
-    d: int, n_layers: int, eta: float, *, param: str = "full", dtype="float64"
-) -> LinearTransformer:
-    """``n_layers`` steps of gradient descent with step ``eta`` from ``w = 0`` (von Oswald et al. 2023).
+def _randn(batch_shape, packed, seed, dtype, device):
+    """``N(0, 1)`` draws ``[*batch_shape, *packed]``; a list of seeds: one generator per last models index."""
+    if isinstance(seed, (list, tuple)):
+        if not batch_shape or len(seed) != batch_shape[-1]:
+            raise ValueError(
+                f"seed must be an int or one int per index of the last models dimension, got {seed!r}"
+            )
+        draws = [_randn(batch_shape[:-1], packed, s, dtype, device) for s in seed]
+        return torch.stack(draws, dim=len(batch_shape) - 1)
+    gen = make_generator(seed, device=device)
+    return torch.randn((*batch_shape, *packed), generator=gen, dtype=dtype, device=device)
 
-    Each layer only writes ``y_i <- y_i - eta <alpha, x_i>`` (``omega_yx = -eta``): with
-    ``P = [[0, 0], [0, -eta]]`` and ``Q = [[I, 0], [0, 0]]`` in FULL form. Since ``y_i`` holds
-    the residual ``y_i - <w, x_i>``, the implicit weights follow
-    ``w <- w + eta sum_i (y_i - <w, x_i>) x_i``, GD on ``1/2 sum_i (y_i - <w, x_i>)^2``
-    (chapter 01; ``n_layers = 1`` is :func:`one_step_gd`).
+
+class DecayedLinearTransformer(LinearTransformer):
+    """DIAG layers whose keys decay with their distance from the query, RetNet-like (chapter 05).
+
+    Layer ``l`` weights context token ``j`` by ``gamma_l^(n-j)``, ``gamma_l = sigmoid(decay_logit_l)``:
+    ``S = Z M_l Z^T`` with ``M_l = diag(gamma_l^(n-1), ..., gamma_l, 1, 0)``. ``decay_logit
+    [*models, n_layers]`` starts at ``logit(gamma_init)`` per model (``None``: no decay, the logit
+    30 that rounds ``gamma`` to 1 in float32); ``learn_decay [*models]`` says which models learn
+    it (the others keep it fixed: it gets no gradient).
     """
-    eta = check_real("eta", eta)
-    model = LinearTransformer(
-        d, n_layers, 1, param, diag_mode="omega" if param != "full" else "pq", init_scale=0.0, dtype=dtype
-    )
-    if param == "full":
-        with torch.no_grad():
-            model.P[:, 0, d, d] = -eta
-            model.Q[:, 0, :d, :d] = torch.eye(d, dtype=model.Q.dtype)
-        return model
-    om = torch.zeros(n_layers, 4, dtype=torch.float64)
-    om[:, 2] = -eta
-    return _set_omegas(model, om)
 
+    def __init__(self, d, n_layers, n_heads=1, *, gamma_init, learn_decay, batch_shape=(), **kwargs):
+        super().__init__(d, n_layers, n_heads, "diag", batch_shape=batch_shape, **kwargs)
+        dtype = self.omega_mask.dtype
+        logits = [
+            30.0 if g is None else float(torch.logit(torch.tensor(g, dtype=torch.float64)))
+            for g in gamma_init
+        ]
+        logit = torch.tensor(logits, dtype=dtype)[..., None].expand(*self.batch_shape, n_layers)
+        self.decay_logit = nn.Parameter(logit.clone())
+        self.register_buffer(
+            "learn_decay", torch.as_tensor(learn_decay, dtype=torch.bool).reshape(self.batch_shape)
+        )
 
-def one_step_gd(d: int, eta: float, *, param: str = "full", dtype="float64") -> LinearTransformer:
-    """One linear attention layer that makes one GD step: prediction ``eta <alpha, x_t>`` (chapter 01)."""
-    return gd_construction(d, 1, eta, param=param, dtype=dtype)
+    def gammas(self) -> torch.Tensor:
+        """``[*models, n_layers]``: the decay of every layer (no gradient where the decay is fixed)."""
+        logit = torch.where(self.learn_decay[..., None], self.decay_logit, self.decay_logit.detach())
+        return torch.sigmoid(logit)
 
+    def _context_gram(self, ctx, layer):
+        n = ctx.shape[-1]
+        dist = torch.arange(n - 1, -1, -1, dtype=ctx.dtype, device=ctx.device)  # n - j for j = 1..n
+        wts = self.gammas()[..., layer, None] ** dist  # [*models, n]
+        return (ctx * wts[..., None, None, :]) @ ctx.transpose(-1, -2)
 
-def gdpp_schedule(n_layers: int, mu: float, nu: float) -> dict:
-    """Step sizes of the GD++ construction (paper C, Thm 5.1) for ``Sigma`` with spectrum in ``[mu, nu]``.
+    def gram_forward(self, G, e_t, *, return_layers=False):
+        raise ValueError("decayed keys have no Gram form; use predict_fast (outer-product form)")
 
-    Layers ``0..L-2`` precondition, ``x <- (I - gamma_l Sigma_l) x`` with ``gamma_l nu_l = 1/3``,
-    which maps an eigenvalue ``lam`` of ``Sigma_l`` to ``lam (1 - gamma_l lam)^2`` and the bounds
-    to ``mu_{l+1} = mu_l (1 - gamma_l mu_l)^2``, ``nu_{l+1} = 4 nu_l / 9``. The last layer makes
-    one GD step ``eta = 2 / (mu_{L-1} + nu_{L-1})``. Returns ``gamma [L-1]``, ``eta``,
-    ``mu``, ``nu`` (``[L]``, the bounds entering each layer) and ``eps`` (the guaranteed
-    relative error ``(nu - mu) / (nu + mu)`` of the last step).
-    """
-    n_layers = check_int("n_layers", n_layers, minimum=1)
-    mu = check_real("mu", mu, minimum=0.0, strict_minimum=True)
-    nu = check_real("nu", nu, minimum=mu)
-    mus, nus, gammas = [mu], [nu], []
-    for _ in range(n_layers - 1):
-        gamma = 1.0 / (3.0 * nus[-1])
-        gammas.append(gamma)
-        mus.append(mus[-1] * (1.0 - gamma * mus[-1]) ** 2)
-        nus.append(4.0 * nus[-1] / 9.0)
-    eta = 2.0 / (mus[-1] + nus[-1])
-    eps = abs(nus[-1] - mus[-1]) / (nus[-1] + mus[-1])  # abs: rounding may cross the bounds
-    return {"gamma": gammas, "eta": eta, "mu": mus, "nu": nus, "eps": eps}
+    @property
+    def fast_form(self) -> str:
+        return "outer"
 
-
-def gdpp_construction(
-    d: int, n_layers: int, mu: float, nu: float, *, diag_mode: str = "omega", dtype="float64"
-) -> LinearTransformer:
-    """The GD++ weights of paper C, Thm 5.1, for data with ``Sigma``'s spectrum in ``[mu, nu]``.
-
-    ``n_layers - 1`` preconditioning layers (``omega_xx = -gamma_l``) and a final GD step
-    (``omega_yx = -eta``), with the schedule of :func:`gdpp_schedule`. The relative error
-    ``|y_hat - <w*, x_t>| / (|x_t| |w*|)`` is at most ``gdpp_schedule(...)["eps"]``, which
-    falls like ``exp(-c 2^L)`` once the bounds are close: ``O(log kappa + log log 1/eps)``
-    layers (chapter 03).
-    """
-    sched = gdpp_schedule(n_layers, mu, nu)
-    model = LinearTransformer(d, n_layers, 1, "gdpp", diag_mode=diag_mode, init_scale=0.0, dtype=dtype)
-    om = torch.zeros(n_layers, 4, dtype=torch.float64)
-    om[:-1, 0] = -torch.tensor(sched["gamma"], dtype=torch.float64)
-    om[-1, 2] = -sched["eta"]
-    return _set_omegas(model, om)
+    def predict_from(self, inputs: dict, *, return_layers: bool = False) -> torch.Tensor:
+        """Predictions ``[*models, B]`` from the context's outer products: every token still moves by
+        one map ``T_l = I + Omega_l ∘ G_l``, with the weighted Gram matrix
+        ``G_l = C_l (sum_j gamma_l^(n-j) e_j e_j^T) C_l^T`` of the tokens after ``C_l = T_{l-1}...T_0``."""
+        if return_layers:
+            raise ValueError("return_layers is not available for decayed keys")
+        if "outer" not in inputs:
+            raise ValueError("inputs must hold the 'outer' form (fast_inputs(..., {'outer'}))")
+        outer, e = inputs["outer"]
+        n, D = outer.shape[-3], outer.shape[-1]
+        eye = torch.eye(D, dtype=outer.dtype, device=outer.device)
+        dist = torch.arange(n - 1, -1, -1, dtype=outer.dtype, device=outer.device)
+        gam, C = self.gammas(), eye
+        for layer in range(self.n_layers):
+            wts = gam[..., layer, None] ** dist  # [*models, n]
+            G = C @ torch.einsum("...n,bnij->...bij", wts, outer) @ C.transpose(-1, -2)
+            T = eye + self.layer_operator(layer, G)  # [*models, B, D, D]
+            e = (T * e[..., None, :]).sum(-1)
+            C = T @ C
+        return -e[..., -1]

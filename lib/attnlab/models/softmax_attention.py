@@ -116,6 +116,8 @@ class TiedLowRankAttention(nn.Module):
     leading dimensions of independent models (see the module docstring).
     """
 
+    _hand_gradient = True  # _TiedRankOneRisk holds for K = Q and value = identity
+
     def __init__(self, d: int, r: int = 1, *, init="random", seed=0, dtype="float32", runs=()):
         super().__init__()
         self.d = check_int("d", d, minimum=1)
@@ -256,7 +258,7 @@ class TiedLowRankAttention(nn.Module):
 
         ``fast=True`` uses the hand-written gradient (:class:`_TiedRankOneRisk`) when ``r = 1``.
         """
-        if fast and self.r == 1 and type(self) is TiedLowRankAttention:
+        if fast and self.r == 1 and self._hand_gradient:
             S_ = self._check_data(data)
             risk = _TiedRankOneRisk.apply(self._fast(self.Q, S_), data.Xt, *data[3:7])  # [S, P, n]
             return self._runs_of(risk, S_)
@@ -282,6 +284,8 @@ class UntiedLowRankAttention(TiedLowRankAttention):
     untied model starts where the tied one does.
     """
 
+    _hand_gradient = False
+
     def __init__(self, d: int, r: int = 1, *, init="random", seed=0, dtype="float32", runs=()):
         super().__init__(d, r, init=init, seed=seed, dtype=dtype, runs=runs)
         self.K = nn.Parameter(self.Q.detach().clone())  # [*runs, d, r]
@@ -297,13 +301,17 @@ class TiedLowRankAttentionWithValue(TiedLowRankAttention):
     the model is :class:`TiedLowRankAttention`.
     """
 
+    _hand_gradient = False
+
     def __init__(self, d: int, r: int = 1, *, init="random", seed=0, dtype="float32", runs=()):
         super().__init__(d, r, init=init, seed=seed, dtype=dtype, runs=runs)
         W = torch.eye(self.d, dtype=self.Q.dtype, device=self.Q.device).expand(*self.runs, self.d, self.d)
         self.W = nn.Parameter(W.clone())  # [*runs, d, d]
 
     def _value(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ (self.W.unsqueeze(-3) if self.runs else self.W)
+        if not self.runs:
+            return x @ self.W
+        return torch.einsum("...nld,...de->...nle", x, self.W)  # no copy of W per sample
 
     def sample_risks(self, data: TwoTokenData, *, fast: bool = True) -> torch.Tensor:
         """Per-sample ``||S x W - y||^2 / (2d)`` (times the sample weights), ``[*runs, n]``."""

@@ -5,11 +5,11 @@ Every sequence has its own task vector and its own noise level (paper C, section
     w ~ N(0, I_d),  x_i ~ N(0, I_d),  y_i = <w, x_i> + xi_i,  xi_i ~ N(0, sigma^2),  i = 1..n,
 
 and a query ``x_query ~ N(0, I_d)`` whose *noiseless* target ``<w, x_query>`` is to be predicted.
-The noise standard deviation ``sigma`` is drawn once per sequence, in one of three ways:
-
-- ``sigma=s``: fixed, every sequence has noise ``s`` (``s = 0`` is noiseless regression);
-- ``sigma_max=m``: uniform, ``sigma ~ U(0, m)`` (the paper's main setting, ``m = 0..7``);
-- ``sigmas=[s_1, ..., s_K]`` with ``probs`` (default: equal): categorical (paper: {1, 3}, {1, 3, 5}).
+The noise standard deviation ``sigma`` is drawn once per sequence, as a :class:`Noise` says:
+``"fixed:s"`` (``s = 0`` is noiseless regression), ``"uniform:m"`` (``sigma ~ U(0, m)``, the
+paper's main setting, ``m = 0..7``) or ``"categorical:1,3,5"`` (equal probabilities unless given;
+paper: {1, 3}, {1, 3, 5}). Every sampler of this task in the library is :func:`sample_regression`
+(and :func:`sample_conditioned_regression` for chapter 03's controlled spectra).
 
 The transformer reads the sequence as a token matrix (:func:`build_tokens`) whose **columns** are
 the tokens ``e_i = (x_i, y_i)`` and the query ``e_{n+1} = (x_query, 0)``:
@@ -22,12 +22,16 @@ This is the layout of the paper's matrix form ``Z <- Z + sum_k P_k Z M Z^T Q_k Z
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from attnlab.validation import (
+    check_choice,
     check_finite,
     check_int,
     check_probabilities,
@@ -39,14 +43,15 @@ from attnlab.validation import (
 )
 
 __all__ = [
+    "NOISELESS",
     "MixedNoiseRegression",
+    "Noise",
     "RegressionBatch",
     "build_tokens",
-    "half_mse",
-    "noise_spec",
+    "gram_inputs",
+    "half_mse_loss",
     "sample_conditioned_regression",
     "sample_regression",
-    "sample_sigmas",
 ]
 
 
@@ -64,34 +69,92 @@ class RegressionBatch(NamedTuple):
     w: torch.Tensor  # [batch, d]   the task vector of each sequence
 
 
-def noise_spec(*, sigma=None, sigma_max=None, sigmas=None, probs=None) -> dict:
-    """Validate a noise specification and return it as ``{"kind": ..., ...}``.
+@dataclass(frozen=True)
+class Noise:
+    """How the noise standard deviation ``sigma`` of each sequence is drawn: the one noise language.
 
-    Exactly one of ``sigma`` (fixed), ``sigma_max`` (uniform on ``[0, sigma_max]``) or
-    ``sigmas`` (categorical, with optional ``probs``) may be given; none means noiseless.
+    ``kind`` is ``"fixed"`` (``values = (sigma,)``), ``"uniform"`` (``values = (sigma_max,)``,
+    ``sigma ~ U(0, sigma_max)``) or ``"categorical"`` (``values`` the levels, drawn with
+    ``probs``; ``None`` means equal probabilities). The string form, accepted wherever a noise is
+    (:meth:`parse`), is ``"fixed:0.5"``, ``"uniform:3"``, ``"categorical:1,3,5"`` or, with
+    probabilities, ``"categorical:1,3@0.25,0.75"``; ``str(noise)`` gives it back.
     """
-    given = [
-        name for name, v in (("sigma", sigma), ("sigma_max", sigma_max), ("sigmas", sigmas)) if v is not None
-    ]
-    if len(given) > 1:
-        raise ValueError(f"sigma, sigma_max and sigmas: give at most one of them, got {', '.join(given)}")
-    if probs is not None and sigmas is None:
-        raise ValueError("probs is only used with a categorical noise set 'sigmas'")
-    if sigma_max is not None:
-        return {"kind": "uniform", "sigma_max": check_real("sigma_max", sigma_max, minimum=0.0)}
-    if sigmas is not None:
-        levels = np.asarray(sigmas, dtype=float)
-        if levels.ndim != 1 or levels.size == 0:
-            raise ValueError(f"sigmas must be a non-empty 1-D list of noise levels, got {sigmas!r}")
-        if not np.all(np.isfinite(levels)) or np.any(levels < 0):
-            raise ValueError(f"sigmas must be finite and >= 0, got {sigmas!r}")
-        if probs is None:
-            p = np.full(levels.size, 1.0 / levels.size)
-        else:
-            p = check_probabilities("probs", probs, size=levels.size)
-        return {"kind": "categorical", "sigmas": levels.tolist(), "probs": p.tolist()}
-    value = 0.0 if sigma is None else check_real("sigma", sigma, minimum=0.0)
-    return {"kind": "fixed", "sigma": value}
+
+    kind: str
+    values: tuple[float, ...]
+    probs: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        check_choice("noise kind", self.kind, NOISE_KINDS)
+        values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.values, dtype=float)))
+        if not values or any(not math.isfinite(v) or v < 0 for v in values):
+            raise ValueError(f"noise values must be finite and >= 0, got {self.values!r}")
+        if self.kind != "categorical" and len(values) != 1:
+            raise ValueError(f"noise {self.kind!r} takes exactly one value, got {self.values!r}")
+        probs = self.probs
+        if probs is not None:
+            if self.kind != "categorical":
+                raise ValueError("noise probs are only used with kind 'categorical'")
+            probs = tuple(check_probabilities("probs", probs, size=len(values)).tolist())
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "probs", probs)
+
+    @classmethod
+    def parse(cls, spec: Noise | str) -> Noise:
+        """A :class:`Noise` from itself or from its string form (class docstring)."""
+        if isinstance(spec, Noise):
+            return spec
+        if not isinstance(spec, str) or ":" not in spec:
+            raise ValueError(
+                "noise must be a Noise or a string like 'uniform:3', 'categorical:1,3', 'fixed:1', "
+                f"got {spec!r}"
+            )
+        kind, _, rest = spec.partition(":")
+        kind = check_choice("noise kind", kind, NOISE_KINDS)
+        levels, _, probs = rest.partition("@")
+        try:
+            values = tuple(float(v) for v in levels.split(","))
+            p = tuple(float(v) for v in probs.split(",")) if probs else None
+        except ValueError as err:
+            raise ValueError(f"noise must list numbers after the colon, got {spec!r}") from err
+        return cls(kind, values, p)
+
+    def __str__(self) -> str:
+        out = f"{self.kind}:" + ",".join(f"{v:g}" for v in self.values)
+        return out + ("@" + ",".join(f"{p:g}" for p in self.probs) if self.probs is not None else "")
+
+    def draw(self, shape, generator: torch.Generator, dtype=torch.float32, device=None) -> torch.Tensor:
+        """``sigma`` of ``shape`` sequences, drawn with ``generator`` (on its device)."""
+        device = generator.device if device is None else device
+        if self.kind == "uniform":
+            return self.values[0] * torch.rand(shape, generator=generator, device=device, dtype=dtype)
+        if self.kind == "fixed":
+            return torch.full(shape, self.values[0], device=device, dtype=dtype)
+        levels = torch.as_tensor(self.values, device=device, dtype=dtype)
+        if self.probs is None:
+            return levels[torch.randint(len(self.values), shape, generator=generator, device=device)]
+        p = torch.as_tensor(self.probs, dtype=torch.float64, device=device)
+        idx = torch.multinomial(p, math.prod(shape), replacement=True, generator=generator)
+        return levels[idx].reshape(shape)
+
+    def from_uniform(self, u: torch.Tensor) -> torch.Tensor:
+        """``sigma`` from uniform draws ``u`` in ``[0, 1)`` (inverse CDF): common random numbers.
+
+        The same ``u`` serve every noise distribution (the experiments of chapter 04 compare
+        distributions on one set of draws).
+        """
+        if self.kind == "uniform":
+            return self.values[0] * u
+        if self.kind == "fixed":
+            return torch.full_like(u, self.values[0])
+        probs = torch.full((len(self.values),), 1 / len(self.values)) if self.probs is None else self.probs
+        edges = torch.cumsum(torch.as_tensor(probs, dtype=torch.float64), 0)[:-1].to(u)
+        idx = torch.bucketize(u, edges, right=True)
+        return torch.as_tensor(self.values, dtype=u.dtype, device=u.device)[idx]
+
+
+NOISE_KINDS = ("fixed", "uniform", "categorical")
+NOISELESS = Noise("fixed", (0.0,))
 
 
 def _sampling_setup(generator, dtype, device):
@@ -100,164 +163,131 @@ def _sampling_setup(generator, dtype, device):
     return gen, resolve_dtype(dtype), resolve_device(device), gen.device
 
 
-def sample_sigmas(
-    batch_size: int,
-    *,
-    sigma=None,
-    sigma_max=None,
-    sigmas=None,
-    probs=None,
-    generator=0,
-    dtype="float32",
-    device="cpu",
-) -> torch.Tensor:
-    """Draw the noise standard deviation of ``batch_size`` sequences; returns ``[batch]``.
-
-    See :func:`noise_spec` for the three ways of giving the noise.
-    """
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    spec = noise_spec(sigma=sigma, sigma_max=sigma_max, sigmas=sigmas, probs=probs)
-    gen, dtype, device, gdev = _sampling_setup(generator, dtype, device)
-    if spec["kind"] == "uniform":
-        s = torch.rand(batch_size, generator=gen, dtype=dtype, device=gdev) * spec["sigma_max"]
-    elif spec["kind"] == "categorical":
-        p = torch.tensor(spec["probs"], dtype=torch.float64, device=gdev)
-        idx = torch.multinomial(p, batch_size, replacement=True, generator=gen)
-        s = torch.tensor(spec["sigmas"], dtype=dtype, device=gdev)[idx]
-    else:
-        s = torch.full((batch_size,), spec["sigma"], dtype=dtype, device=gdev)
-    return s.to(device)
-
-
 def sample_regression(
     batch_size: int,
     d: int = 10,
     n: int = 20,
     *,
-    sigma=None,
-    sigma_max=None,
-    sigmas=None,
-    probs=None,
+    noise: Noise | str | Sequence[Noise | str] = NOISELESS,
     generator=0,
     dtype="float32",
     device="cpu",
 ) -> RegressionBatch:
     """Draw ``batch_size`` mixed-noise regression sequences (paper C, section 5; d=10, n=20).
 
-    ``generator`` is an int seed or a ``torch.Generator`` (sampling happens on the generator's
-    device, then moves to ``device``). Returns a :class:`RegressionBatch`
-    ``(X [B, n, d], y [B, n], x_query [B, d], target [B], sigma [B], w [B, d])``.
+    ``noise`` is a :class:`Noise` (or its string), or a list of them: the tensors then have a
+    leading noise-setting dimension ``S`` (``X [S, B, n, d]``, ...). ``generator`` is an int seed
+    or a ``torch.Generator`` (sampling happens on the generator's device, then moves to
+    ``device``); it draws ``X``, ``w``, ``x_query``, the standard noise, then ``sigma``. Returns a
+    :class:`RegressionBatch` ``(X [.., B, n, d], y [.., B, n], x_query [.., B, d], target [.., B],
+    sigma [.., B], w [.., B, d])``.
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     d = check_int("d", d, minimum=1)
     n = check_int("n", n, minimum=1)
+    settings = [Noise.parse(s) for s in noise] if isinstance(noise, (list, tuple)) else None
+    if settings is not None and not settings:
+        raise ValueError("noise must name at least one noise distribution")
+    lead = (len(settings), batch_size) if settings is not None else (batch_size,)
     gen, dtype, device, gdev = _sampling_setup(generator, dtype, device)
-    sig = sample_sigmas(
-        batch_size,
-        sigma=sigma,
-        sigma_max=sigma_max,
-        sigmas=sigmas,
-        probs=probs,
-        generator=gen,
-        dtype=dtype,
-        device=gdev,
-    )
-    w = torch.randn(batch_size, d, generator=gen, dtype=dtype, device=gdev)  # [B, d]
-    X = torch.randn(batch_size, n, d, generator=gen, dtype=dtype, device=gdev)  # [B, n, d]
-    x_query = torch.randn(batch_size, d, generator=gen, dtype=dtype, device=gdev)  # [B, d]
-    xi = torch.randn(batch_size, n, generator=gen, dtype=dtype, device=gdev) * sig[:, None]  # [B, n]
-    y = torch.einsum("bnd,bd->bn", X, w) + xi
-    target = torch.einsum("bd,bd->b", x_query, w)
-    out = RegressionBatch(X, y, x_query, target, sig, w)
-    return RegressionBatch(*(t.to(device) for t in out))
+    X = torch.randn((*lead, n, d), generator=gen, dtype=dtype, device=gdev)
+    w = torch.randn((*lead, d), generator=gen, dtype=dtype, device=gdev)
+    x_query = torch.randn((*lead, d), generator=gen, dtype=dtype, device=gdev)
+    xi = torch.randn((*lead, n), generator=gen, dtype=dtype, device=gdev)
+    if settings is None:
+        sigma = Noise.parse(noise).draw(lead, gen, dtype)
+    else:
+        sigma = torch.stack([s.draw((batch_size,), gen, dtype) for s in settings])
+    y = (X @ w[..., None])[..., 0] + sigma[..., None] * xi
+    target = (x_query * w).sum(-1)
+    return RegressionBatch(*(t.to(device) for t in (X, y, x_query, target, sigma, w)))
 
 
 class MixedNoiseRegression:
     """A sampler ``task(batch_size, generator) -> RegressionBatch`` for :func:`attnlab.train.train`.
 
-    ``MixedNoiseRegression(d=10, n=20, sigma_max=3.0)`` draws fresh sequences every call, with
-    the noise given as in :func:`noise_spec`.
+    ``MixedNoiseRegression(d=10, n=20, noise="uniform:3")`` draws fresh sequences every call
+    with :func:`sample_regression`.
     """
 
     def __init__(
-        self,
-        d: int = 10,
-        n: int = 20,
-        *,
-        sigma=None,
-        sigma_max=None,
-        sigmas=None,
-        probs=None,
-        dtype="float32",
-        device="cpu",
+        self, d: int = 10, n: int = 20, *, noise: Noise | str = NOISELESS, dtype="float32", device="cpu"
     ):
         self.d = check_int("d", d, minimum=1)
         self.n = check_int("n", n, minimum=1)
-        self.noise = noise_spec(sigma=sigma, sigma_max=sigma_max, sigmas=sigmas, probs=probs)
+        self.noise = Noise.parse(noise)
         self.dtype = resolve_dtype(dtype)
         self.device = resolve_device(device)
-
-    def _noise_kwargs(self) -> dict:
-        kind = self.noise["kind"]
-        if kind == "uniform":
-            return {"sigma_max": self.noise["sigma_max"]}
-        if kind == "categorical":
-            return {"sigmas": self.noise["sigmas"], "probs": self.noise["probs"]}
-        return {"sigma": self.noise["sigma"]}
 
     def __call__(self, batch_size: int, generator=0) -> RegressionBatch:
         return sample_regression(
             batch_size,
             self.d,
             self.n,
+            noise=self.noise,
             generator=generator,
             dtype=self.dtype,
             device=self.device,
-            **self._noise_kwargs(),
         )
 
     sample = __call__
 
     def __repr__(self) -> str:
-        noise = ", ".join(f"{k}={v}" for k, v in self._noise_kwargs().items())
-        return f"MixedNoiseRegression(d={self.d}, n={self.n}, {noise})"
+        return f"MixedNoiseRegression(d={self.d}, n={self.n}, noise={str(self.noise)!r})"
 
 
 def _check_data(X, y, x_query):
-    check_shape("X", X, (None, None, None))
-    B, n, d = X.shape
-    check_shape("y", y, (B, n))
-    check_shape("x_query", x_query, (B, d))
     for name, t in (("X", X), ("y", y), ("x_query", x_query)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if X.ndim < 3:
+        raise ValueError(f"X must have shape [..., batch, n, d], got {list(X.shape)}")
+    *lead, n, d = X.shape
+    check_shape("y", y, (*lead, n))
+    check_shape("x_query", x_query, (*lead, d))
+    for name, t in (("X", X), ("y", y), ("x_query", x_query)):
         if not torch.is_floating_point(t):
             raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
         check_finite(name, t)
     if not (X.dtype == y.dtype == x_query.dtype):
         raise ValueError(f"X, y and x_query must share one dtype, got {X.dtype}, {y.dtype}, {x_query.dtype}")
-    return B, n, d
+    return n, d
 
 
 def build_tokens(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor) -> torch.Tensor:
-    """The token matrix ``Z [batch, d+1, n+1]``: column i is ``e_i = (x_i, y_i)``, the last ``(x_t, 0)``.
+    """The token matrix ``Z [..., batch, d+1, n+1]``: column i is ``e_i = (x_i, y_i)``, the last ``(x_t, 0)``.
 
-    Chapter 01, the matrix form of the layer ``Z <- Z + sum_k P_k Z M Z^T Q_k Z``.
+    Chapter 01, the matrix form of the layer ``Z <- Z + sum_k P_k Z M Z^T Q_k Z``. ``X [..., batch,
+    n, d]``, ``y [..., batch, n]``, ``x_query [..., batch, d]`` (leading dims: e.g. one data set
+    per model).
     """
-    B, n, d = _check_data(X, y, x_query)
-    context = torch.cat([X, y[:, :, None]], dim=2)  # [B, n, d+1]
-    query = torch.cat([x_query, torch.zeros_like(x_query[:, :1])], dim=1)  # [B, d+1]
-    return torch.cat([context, query[:, None, :]], dim=1).transpose(1, 2)  # [B, d+1, n+1]
+    _check_data(X, y, x_query)
+    context = torch.cat([X, y[..., None]], dim=-1)  # [.., B, n, d+1]
+    query = torch.cat([x_query, torch.zeros_like(x_query[..., :1])], dim=-1)  # [.., B, d+1]
+    return torch.cat([context, query[..., None, :]], dim=-2).transpose(-1, -2)  # [.., B, d+1, n+1]
 
 
-def half_mse(model, X, y, x_query, target, *rest) -> torch.Tensor:
-    """The paper's loss, ``1/2 * mean((model.predict(X, y, x_query) - target)^2)``.
+def half_mse_loss(model, X, y, x_query, target, *rest) -> torch.Tensor:
+    """The paper's loss, ``1/2 * mean((model.predict(X, y, x_query) - target)^2)`` over the batch.
 
     Has the signature ``loss_fn(model, *batch)`` of :func:`attnlab.train.train`, so a
-    :class:`RegressionBatch` (or any tuple starting with ``X, y, x_query, target``) fits.
+    :class:`RegressionBatch` (or any tuple starting with ``X, y, x_query, target``) fits. For a
+    model holding a batch of models the prediction is ``[*models, B]`` and the loss one value per
+    model (``[*models]``), as the loop expects.
     """
-    pred = model.predict(X, y, x_query)  # [B]
-    return 0.5 * torch.mean((pred - target) ** 2)
+    pred = model.predict(X, y, x_query)  # [*models, B]
+    return 0.5 * torch.mean((pred - target) ** 2, dim=-1)
+
+
+def gram_inputs(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor):
+    """The context Gram matrix ``G = sum_j e_j e_j^T`` ``[..., d+1, d+1]`` and the query token ``[..., d+1]``.
+
+    The inputs of the Gram form of :class:`attnlab.models.LinearTransformer` (any leading dims).
+    """
+    E = torch.cat([X, y[..., None]], dim=-1)  # [..., n, d+1]
+    G = E.transpose(-1, -2) @ E  # [..., d+1, d+1]
+    e_t = torch.cat([x_query, torch.zeros_like(x_query[..., :1])], dim=-1)  # [..., d+1]
+    return G, e_t
 
 
 def sample_conditioned_regression(

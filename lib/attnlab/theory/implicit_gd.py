@@ -30,8 +30,8 @@ import torch
 from attnlab.validation import check_finite, check_int, check_real, check_shape
 
 __all__ = [
-    "check_gdpp_layers",
-    "check_one_layer_optimum",
+    "verify_gdpp_layers",
+    "verify_one_layer_optimum",
     "data_statistics",
     "gd_error_bound",
     "gd_layers_needed",
@@ -238,7 +238,7 @@ def one_layer_optimum(d: int, n: int, mean_sigma2: float = 0.0) -> dict:
     return {"eta": 1.0 / denom, "half_mse": 0.5 * (d - n * d / denom)}
 
 
-def check_one_layer_optimum(
+def verify_one_layer_optimum(
     eta, half_mse, *, d: int, n: int, mean_sigma2: float = 0.0, rtol: float = 1e-6
 ) -> str:
     """Exercise checker (chapter 01): raise ``AssertionError`` unless ``(eta, half_mse)`` is the optimum."""
@@ -293,7 +293,7 @@ def gdpp_layers_needed(kappa: float, eps: float, *, max_layers: int = 1000) -> i
     raise ValueError(f"eps={eps:g} is not reached within max_layers={max_layers} (below rounding error?)")
 
 
-def check_gdpp_layers(answer, *, kappa: float, eps: float) -> str:
+def verify_gdpp_layers(answer, *, kappa: float, eps: float) -> str:
     """Exercise checker (chapter 03): is ``answer`` the number of GD++ layers needed for ``(kappa, eps)``?"""
     answer = check_int("answer", answer, minimum=1)
     need = gdpp_layers_needed(kappa, eps)
