@@ -21,7 +21,11 @@ Public API (all importable from this package)
     the authors). The result has ``.eps_g`` (= E‖f - y‖²/(2d)), ``.eps_t`` (= -Φ), ``.q``, ``.m``,
     ``.V``, ``.theta`` (and ``.theta_over_sigma2``), the conjugates ``.q_hat``, ``.m_hat``,
     ``.V_hat``, ``.theta_hat`` and the diagnostics ``.iterations``, ``.residual``,
-    ``.converged``.
+    ``.converged`` and ``.mu_max`` (the largest real part of the eigenvalues of the map's
+    Jacobian on the branch: < 1 for a point a damped iteration can converge to).
+``continue_branch(alphas, omega, branch, ...) -> list[FixedPoint]``
+    One branch followed along ``alphas`` by warm-started continuation; where it ends (a spinodal)
+    ``mu_max`` rises towards 1 and the solves stop converging.
 ``solve_both(alpha, omega, ...) -> dict``
     ``{"semantic": FixedPoint, "positional": FixedPoint, "global": FixedPoint}``; the global
     minimum is the branch with the lower training loss ``eps_t``.
@@ -57,7 +61,13 @@ from attnlab.theory.phase_transition import cubature
 from attnlab.theory.phase_transition.authors import solve_authors
 from attnlab.theory.phase_transition.cubature import product_rule
 from attnlab.theory.phase_transition.equations import BRANCHES, STARTS, FixedPoint
-from attnlab.theory.phase_transition.fixed_point import global_minimum, hat_variables, solve, solve_both
+from attnlab.theory.phase_transition.fixed_point import (
+    continue_branch,
+    global_minimum,
+    hat_variables,
+    solve,
+    solve_both,
+)
 from attnlab.theory.phase_transition.prox import DEFAULT_A, prox
 from attnlab.theory.phase_transition.thresholds import (
     alpha_c,
@@ -75,6 +85,7 @@ __all__ = [
     "alpha_c",
     "alpha_l",
     "branch_curves",
+    "continue_branch",
     "verify_eps_lin",
     "cubature",
     "eps_lin",

@@ -37,7 +37,14 @@ STARTS = {
 
 @dataclass(frozen=True)
 class FixedPoint:
-    """A solution of the fixed-point equations, with its errors and convergence diagnostics."""
+    """A solution of the fixed-point equations, with its errors and convergence diagnostics.
+
+    ``mu_max`` is the largest real part of the eigenvalues μ of the Jacobian of the map on the
+    branch's invariant subspace at the point (``nan`` where it was not computed). A damped
+    iteration converges to the point for some damping if and only if ``mu_max < 1``; a point with
+    ``mu_max > 1`` repels the iteration for every damping (``solve`` never reports one as
+    converged).
+    """
 
     alpha: float
     omega: float
@@ -59,6 +66,7 @@ class FixedPoint:
     converged: bool
     n_nodes: int
     rule: str = "gauss-hermite"
+    mu_max: float = float("nan")
 
     @property
     def theta_over_sigma2(self) -> float:
@@ -108,12 +116,15 @@ class _Problem:
         nu1, nu2, z1, z2 = self.X
         u1, u2, hs1, hs2, b = self.fields(q, m, theta)
         T = _target(hs1, hs2, self.omega, self.A)
-        if self.h is None or all_starts:  # from u, from 0 and from the previous solution
-            starts = [(u1, u2), (np.zeros_like(u1), np.zeros_like(u2))]
+        # ℓ(h) = ℓ(-h): the prox has a valley near u and its mirror valley near -u, and at some
+        # nodes neither u nor 0 leads Newton to the lower one (positional branch, alpha = 2: a
+        # weight of 2e-4, enough to move the fixed point by 3e-4 depending on the warm starts).
+        if self.h is None or all_starts:  # from u, -u, 0 and the previous solution
+            starts = [(u1, u2), (-u1, -u2), (np.zeros_like(u1), np.zeros_like(u2))]
             if self.h is not None:
                 starts.append((self.h[0], self.h[1]))
-        elif fresh:  # from u and from the previous solution
-            starts = [(u1, u2), (self.h[0], self.h[1])]
+        elif fresh:  # from u, -u and the previous solution
+            starts = [(u1, u2), (-u1, -u2), (self.h[0], self.h[1])]
         else:  # warm start only (cheap: a few Newton steps)
             starts = [(self.h[0], self.h[1])]
         h1, h2, phi = _prox_batch(u1, u2, V, T, self.s2, starts)
@@ -171,7 +182,9 @@ class _Problem:
         )
 
 
-def _result(prob, branch, x, hats, phi, iterations, residual, converged, n_nodes, rule="gauss-hermite"):
+def _result(
+    prob, branch, x, hats, phi, iterations, residual, converged, n_nodes, rule="gauss-hermite", mu_max=np.nan
+):
     """The FixedPoint at overlaps ``x`` with conjugates ``hats`` and free energy ``phi``."""
     q, m, V, theta = (float(v) for v in x)
     return FixedPoint(
@@ -195,4 +208,5 @@ def _result(prob, branch, x, hats, phi, iterations, residual, converged, n_nodes
         converged=bool(converged),
         n_nodes=n_nodes,
         rule=rule,
+        mu_max=float(mu_max),
     )

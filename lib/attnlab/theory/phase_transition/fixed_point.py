@@ -8,11 +8,16 @@ Numerics: the fixed point of hats -> overlaps is found by damped iteration (``da
 weight of the old value, as in the authors' code) accelerated with Anderson mixing close to the
 fixed point; the residual is the largest relative change of (q, m, V, θ). Each branch is kept in
 its invariant subspace: θ = 0 (positional: θ̂ ≡ 0) or m = 0 (semantic: m̂ ≡ 0); by symmetry the
-exact map preserves both, for any A. The default of 20 nodes per dimension is converged: doubling
-it changes ε_g by less than 0.1 % on both branches (chapter 02). Fewer nodes oscillate on the
-positional branch, where the jumps of the prox cut through the bulk of the Gaussian mass (12
-nodes: 0.13 % off). A single solve takes well under a second of CPU at ``n_nodes=8`` and one to
-three seconds at the default 20; a 20 x 20 (α, ω) grid at 8 nodes takes a few CPU minutes.
+exact map preserves both, for any A. Plain steps are limited and halved when the iteration
+oscillates away, and every point that meets the tolerance is checked for stability (the Jacobian
+on the branch, ``FixedPoint.mu_max``): a repelling point is escaped, so the fixed point reached does
+not depend on the damping; a positional point at m = 0 (the agnostic point) is never reported as
+converged. ``continue_branch`` follows a branch in α. The default of 20 nodes per dimension is
+converged: doubling it changes ε_g by less than 0.1 % on both branches (chapter 02). Fewer nodes
+oscillate on the positional branch, where the jumps of the prox cut through the bulk of the
+Gaussian mass (12 nodes: 0.13 % off). A single solve takes well under a second of CPU at
+``n_nodes=8`` and one to three seconds at the default 20; a 20 x 20 (α, ω) grid at 8 nodes takes
+a few CPU minutes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from attnlab.theory.phase_transition.equations import BRANCHES, METHODS, STARTS,
 from attnlab.theory.phase_transition.prox import _check_common, _prox_batch, _target
 from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape, make_rng
 
-__all__ = ["global_minimum", "hat_variables", "solve", "solve_both"]
+__all__ = ["continue_branch", "global_minimum", "hat_variables", "solve", "solve_both"]
 
 
 def hat_variables(
@@ -103,19 +108,29 @@ def _residual(new, x):
     return float(np.max(np.abs(new - x) / (np.abs(x) + 1e-3)))
 
 
-def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_step=0.2, refresh=4):
+def _iterate(
+    prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_step=0.2, refresh=4, escape=False
+):
     """Damped fixed-point iteration with Anderson mixing; returns (x, hats, e_min, it, res).
 
     Anderson steps are only taken once the residual is below ``anderson_from`` and are limited to
     a change ``max_step`` relative to |x| + 0.05, so that the acceleration stays in the basin of
-    the fixed point that the damped iteration is heading to (another one may lie close by).
+    the fixed point that the damped iteration is heading to (another one may lie close by). When
+    the residual grows while the step reverses direction (an eigenvalue of the Jacobian below
+    -1 that this damping cannot tame, e.g. μ ≈ -5.5 on the positional branch at α = 2, ω = 0.3,
+    which needs damping > 0.69), the step ``1 - damping`` is halved and the Anderson history
+    dropped: which fixed point is reached does not depend on the damping asked for. With
+    ``escape=True`` (a start kicked off a repelling fixed point) Anderson waits until the residual
+    is ten times below its first value, so that it cannot pull the iterate back to that point.
     The prox is warm-started from the previous iteration (and also solved from u every ``refresh``
     iterations); at convergence it is re-solved from all starting points (u, 0, warm) and the
     iteration goes on if the residual is not small then.
     """
     x = _project(np.asarray(x, dtype=float), prob.rho)
     hist_x, hist_f = [], []  # Anderson history: iterates and residuals f = G(x) - x
-    res = np.inf
+    res = res_prev = np.inf
+    f_prev = None
+    step_size = 1 - damping
     all_starts = False
     for it in range(1, max_iter + 1):
         fresh = it % refresh == 0  # re-solve the prox from u every ``refresh`` iterations
@@ -124,6 +139,8 @@ def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_s
         if not np.all(np.isfinite(gx)):
             return x, None, None, it, np.inf
         res = _residual(gx, x)
+        if escape and it == 1:
+            anderson_from = min(anderson_from, res / 10)
         if res < tol:
             if all_starts:
                 x = gx
@@ -131,7 +148,16 @@ def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_s
             all_starts = True  # verify with a global prox before accepting
             continue
         f = gx - x
-        step = x + (1 - damping) * f
+        scale = np.abs(x) + 1e-3
+        if f_prev is not None and res > res_prev and (f / scale) @ (f_prev / scale) < 0:
+            step_size = max(step_size / 2, 0.01)  # oscillating away: damp more
+            hist_x, hist_f = [], []
+        f_prev, res_prev = f, res
+        # far from a fixed point the map can overshoot wildly (one step of the positional branch
+        # sends m = 0.46 to -0.63): a plain step changes no coordinate by more than ``max_step``
+        # relative to |x| + 0.05, so the iterate cannot jump across to another basin
+        reach = np.max(np.abs(step_size * f) / (np.abs(x) + 0.05))
+        step = x + step_size * f * min(1.0, max_step / reach)
         if anderson > 0 and res < anderson_from:
             hist_x.append(x.copy())
             hist_f.append(f)
@@ -139,9 +165,8 @@ def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_s
             if len(hist_f) > 1:
                 dF = np.stack([hist_f[i + 1] - hist_f[i] for i in range(len(hist_f) - 1)], axis=1)
                 dX = np.stack([hist_x[i + 1] - hist_x[i] for i in range(len(hist_x) - 1)], axis=1)
-                scale = np.abs(x) + 1e-3
                 gamma, *_ = np.linalg.lstsq(dF / scale[:, None], f / scale, rcond=None)
-                cand = x + (1 - damping) * f - (dX + (1 - damping) * dF) @ gamma
+                cand = x + step_size * f - (dX + step_size * dF) @ gamma
                 if np.all(np.isfinite(cand)) and np.max(np.abs(cand - x) / (np.abs(x) + 0.05)) < max_step:
                     step = cand
                 else:
@@ -149,6 +174,43 @@ def _iterate(prob, x, damping, tol, max_iter, anderson, anderson_from=0.2, max_s
         x = _project(step, prob.rho)
     *hats, e_min = prob.hats(*x, all_starts=True)
     return x, prob.restrict(hats), e_min, it, res
+
+
+# The coordinates of (q, m, V, θ) that move on each branch (the other one is held at 0).
+_FREE = {"positional": [0, 1, 2], "semantic": [0, 2, 3]}
+_ORDER = {"positional": 1, "semantic": 3}  # the branch's order parameter: m or θ
+M_MIN = 1e-3  # a positional point with |m| below this is the agnostic point m = θ = 0
+MU_TOL = 1e-3  # slack on mu_max < 1 for the finite-difference error of the Jacobian
+
+
+def _stability(prob, x, rel_step=1e-4):
+    """Largest real part of the eigenvalues of the map's Jacobian on the branch, and its eigenvector.
+
+    Forward differences in the branch's free coordinates, with the prox warm-started at every
+    node from its solution at ``x`` (``prob.h``, left there by the global prox of the last
+    evaluation), so each node stays on its own minimum and the derivative is that of the map, not
+    of a node switching valleys. Returns ``(mu_max, v)`` with ``v`` a real vector in
+    (q, m, V, θ) (zero outside the branch's coordinates).
+    """
+    free = _FREE[prob.branch]
+    h0 = prob.h.copy()
+
+    def G(point):
+        prob.h = h0.copy()
+        return prob.overlaps(*prob.restrict(prob.hats(*point, fresh=False)[:4]))[free]
+
+    g0 = G(x)
+    J = np.zeros((len(free), len(free)))
+    for j, k in enumerate(free):
+        e = np.zeros(4)
+        e[k] = rel_step * (abs(x[k]) + 0.05)
+        J[:, j] = (G(x + e) - g0) / e[k]
+    prob.h = h0
+    mu, vecs = np.linalg.eig(J)
+    i = int(np.argmax(mu.real))
+    v = np.zeros(4)
+    v[free] = vecs[:, i].real
+    return float(mu.real[i]), v
 
 
 def solve(
@@ -166,6 +228,7 @@ def solve(
     tol: float = 1e-7,
     max_iter: int = 500,
     init=None,
+    max_escapes: int = 2,
 ) -> FixedPoint:
     """Solve the fixed-point equations (chapter 02, eq-pt-se-hats and eq-pt-se-overlaps) on one branch.
 
@@ -174,6 +237,16 @@ def solve(
     ``damping`` is the weight of the old iterate (the authors used 0.8 without acceleration),
     ``anderson`` the Anderson memory (0 = plain damped iteration), ``tol`` the tolerance on the
     largest relative change of (q, m, V, θ).
+
+    At a point that meets ``tol`` the Jacobian of the map on the branch is computed (``mu_max``,
+    the largest real part of its eigenvalues). A point with ``mu_max > 1`` repels a damped
+    iteration for every damping (Anderson mixing can still land on one, e.g. the agnostic point
+    m = 0 inside the positional subspace); the iteration is then kicked along the unstable
+    direction and goes on, at most ``max_escapes`` times. ``converged`` is ``True`` only for a
+    point that meets ``tol``, has ``mu_max <= 1 + 1e-3`` and, on the positional branch, has
+    ``|m| >= 1e-3`` (a positional result at m = 0 is the agnostic point: the positional branch
+    was not found). The sign of the branch's order parameter (m, or θ) is reported ``>= 0``:
+    Q -> -Q maps (m, θ) to (-m, -θ) and leaves the model unchanged.
     """
     alpha, omega, sigma, lam, A = _check_common(alpha, omega, sigma, lam, A)
     branch = check_choice("branch", branch, BRANCHES)
@@ -182,6 +255,7 @@ def solve(
     anderson = check_int("anderson", anderson, minimum=0, maximum=20)
     tol = check_real("tol", tol, minimum=0.0, strict_minimum=True)
     max_iter = check_int("max_iter", max_iter, minimum=1)
+    max_escapes = check_int("max_escapes", max_escapes, minimum=0, maximum=10)
     if init is None:
         init = STARTS[branch]
     init = np.array(init, dtype=float)
@@ -195,6 +269,21 @@ def solve(
         init[1] = 0.0
     prob = _Problem(alpha, omega, sigma, lam, A, n_nodes, prune, branch)
     x, hats, e_min, it, res = _iterate(prob, init, damping, tol, max_iter, anderson)
+    mu_max, total = float("nan"), it
+    for escape in range(max_escapes + 1):
+        if hats is None or res >= tol:
+            break
+        mu_max, v = _stability(prob, x)
+        if mu_max <= 1 + MU_TOL or escape == max_escapes:
+            break
+        # A repelling fixed point (Anderson can land on one): kick along its unstable direction,
+        # towards a larger order parameter, and iterate on.
+        k = _ORDER[branch]
+        v = v * (np.sign(v[k]) if v[k] != 0 else 1.0) * np.sign(x[k] if x[k] != 0 else 1.0)
+        kick = 0.1 * v / np.max(np.abs(v) / (np.abs(x) + 0.05))
+        x, hats, e_min, it, res = _iterate(prob, x + kick, damping, tol, max_iter, anderson, escape=True)
+        total += it
+        mu_max = float("nan")
     if hats is None:  # the map left its domain: report a non-converged point
         nan = float("nan")
         return FixedPoint(
@@ -210,12 +299,18 @@ def solve(
             nan,
             nan,
             nan,
-            it,
+            total,
             res,
             False,
             n_nodes,
         )
-    return _result(prob, branch, x, hats, prob.phi(x, hats, e_min), it, res, res < tol, n_nodes)
+    k = _ORDER[branch]
+    if x[k] < 0:  # Q -> -Q maps (m, θ) to (-m, -θ) and leaves the model unchanged: report x[k] >= 0
+        x = x * np.array([1, -1, 1, -1])
+        hats = (hats[0], -hats[1], hats[2], -hats[3])
+    converged = res < tol and mu_max <= 1 + MU_TOL and not (branch == "positional" and abs(x[1]) < M_MIN)
+    phi = prob.phi(x, hats, e_min)
+    return _result(prob, branch, x, hats, phi, total, res, converged, n_nodes, mu_max=mu_max)
 
 
 def solve_both(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
@@ -228,3 +323,27 @@ def solve_both(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> dict:
 def global_minimum(alpha, omega, sigma=0.5, lam=0.01, A=None, **kwargs) -> FixedPoint:
     """The fixed point with the lower training loss ``eps_t`` of the two branches."""
     return solve_both(alpha, omega, sigma, lam, A, **kwargs)["global"]
+
+
+def continue_branch(alphas, omega, branch, sigma=0.5, lam=0.01, A=None, *, init=None, **kwargs) -> list:
+    """Follow one branch along ``alphas`` (in the order given) by warm-started continuation.
+
+    The first α starts from ``init`` (default: the branch's starting point); every later one from
+    the last converged fixed point, so the branch is followed continuously instead of being
+    re-found from a fixed start at each α (which may land on another solution). Returns one
+    :class:`FixedPoint` per α, each with ``mu_max``. Where the branch ends (a spinodal: a fold
+    where it meets an unstable solution, or the collapse of its order parameter), ``mu_max``
+    rises towards 1 and past it the solves are not ``converged``; the spinodal lies between the
+    last converged α and the next. ``kwargs`` go to :func:`solve`.
+    """
+    alphas = np.atleast_1d(np.asarray(alphas, dtype=float))
+    if alphas.ndim != 1 or alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
+        raise ValueError("alphas must be a non-empty 1-D array of finite numbers > 0")
+    branch = check_choice("branch", branch, BRANCHES)
+    out, start = [], init
+    for alpha in alphas:
+        fp = solve(float(alpha), omega, branch, sigma, lam, A, init=start, **kwargs)
+        out.append(fp)
+        if fp.converged:
+            start = (fp.q, fp.m, fp.V, fp.theta)
+    return out
