@@ -35,7 +35,7 @@ BOOK = ROOT / "book"
 
 #: Set to True in the commit that runs ``make normalize`` on the chapters: from then on the
 #: round-trip tests (tests/test_chapters.py, tests/test_lab.py) run instead of being skipped.
-CHAPTERS_NORMALISED = False
+CHAPTERS_NORMALISED = True
 
 #: The kernelspec JupyterLab writes into a chapter it saves (from ipykernel's kernel.json).
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}

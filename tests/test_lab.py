@@ -49,8 +49,9 @@ from jupytext.cli import jupytext as jupytext_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = "book/intro.md"
-STARTUP_S = 60  # generous: a loaded 2-core machine; a healthy start takes a few seconds
-CELL_S = 60
+# generous: JupyterLab in Chromium on a loaded 2-core machine once took > 60 s; a healthy start takes seconds
+STARTUP_S = 180
+CELL_S = 120
 
 # The arguments of jupytext in `make notebooks` (keep in step with the Makefile).
 NOTEBOOKS_ARGS = ["--to", "ipynb", "--update", "--use-source-timestamp"]
