@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from attnlab.models.gram_backward import GramForward, gram_readouts_autograd, padded_state
 from attnlab.tasks.icl_regression import build_tokens, gram_inputs
 from attnlab.validation import check_choice, check_int, check_real, make_generator, resolve_dtype
 
@@ -339,15 +340,28 @@ class LinearTransformer(nn.Module):
         Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
         Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
         """
-        eye = torch.eye(G.shape[-1], device=G.device, dtype=G.dtype)
-        outs = [-e_t[..., -1]]
-        for layer in range(self.n_layers):
-            T = eye + self.layer_operator(layer, G)  # [*models, B, D, D]
-            e_t = (T * e_t[..., None, :]).sum(-1)  # T e_t
-            if layer < self.n_layers - 1:
-                G = T @ G @ T.transpose(-1, -2)
-            outs.append(-e_t[..., -1])
-        return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
+        D = self.d + 1
+        if G.shape[-2:] != (D, D) or e_t.shape[-1] != D:
+            raise ValueError(
+                f"G must be [..., B, {D}, {D}] and e_t [..., B, {D}], got {list(G.shape)}, {list(e_t.shape)}"
+            )
+        lead = torch.broadcast_shapes(self.batch_shape, G.shape[:-3], e_t.shape[:-2])
+        B = torch.broadcast_shapes(G.shape[-3:-2], e_t.shape[-2:-1])[0]
+        G = G.expand(*lead, B, D, D).reshape(-1, B, D, D)
+        e_t = e_t.expand(*lead, B, D).reshape(-1, B, D)
+        if self.param == "full":
+            kind, w = "full", (self.P, self.Q)
+        else:
+            kind, w = "omega", (self.omegas(),)
+        nb = len(self.batch_shape)
+        w = [t.expand(*lead, *t.shape[nb:]).reshape(-1, *t.shape[nb:]) for t in w]
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
+        if needs_grad and not (G.requires_grad or e_t.requires_grad):
+            Y = GramForward.apply(kind, padded_state(G, e_t), *w)  # the hand-written backward
+        else:
+            Y = gram_readouts_autograd(kind, G, e_t, *w)
+        Y = Y.reshape(*lead, self.n_layers + 1, B)
+        return Y if return_layers else Y[..., -1, :]
 
     def spectral_forward(self, s, beta, x_t, *, return_layers: bool = False) -> torch.Tensor:
         """GD++ predictions in the eigenbasis of ``Sigma``: ``O(d)`` per sequence and layer (chapter 03).
