@@ -166,15 +166,24 @@ def flops_tokens(param: str, L: int, H: int, B: int, d: int, n: int) -> float:
     return L * (per_layer + B * D * N)
 
 
-def matmul_peak(n: int = 1024, threads: int | None = None, repeats: int = 5) -> float:
-    """Best float32 FLOP/s of an n×n matmul with ``threads`` torch threads (None: the default)."""
+def _cpu_timed(fn, *args):
+    """``(wall seconds, CPU seconds of this process)`` of ``fn(*args)``."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def matmul_peak(n: int = 1024, threads: int | None = None, repeats: int = 5, clock: str = "wall") -> float:
+    """Best float32 FLOP/s of an n×n matmul with ``threads`` torch threads (None: the default).
+
+    ``clock="cpu"`` times by the process's CPU time (one thread on a shared machine)."""
     prev = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
         a, b = torch.randn(n, n), torch.randn(n, n)
         a @ b
-        best = min(_timed(torch.matmul, a, b)[0] for _ in range(repeats))
+        best = min(_cpu_timed(torch.matmul, a, b)[clock == "cpu"] for _ in range(repeats))
     finally:
         torch.set_num_threads(prev)
     return 2 * n**3 / best
@@ -209,6 +218,8 @@ def bench_icl(
     (``_fresh``: sampling included) and on a fixed batch (``_fixed``); ``batched``: ``train_icl``
     with ``batched_models`` models (noise settings) in one call, seconds per model-step. Every
     code runs with ``threads`` torch threads; the float32 matmul peak is measured at that count.
+    With one thread, times are the process's CPU time (``clock="cpu"``: on a shared, loaded machine
+    wall time mostly measures waiting for a core; wall times are kept in ``wall_s_per_step``).
     """
     from attnlab import icl_training as it
     from benchmarks.icl_reference import sample, train_naive, train_reference
@@ -218,9 +229,10 @@ def bench_icl(
     out = {
         "n_layers": n_layers, "batch_size": batch_size, "d": d, "n": n, "steps": steps, "repeats": repeats,
         "batched_models": batched_models, "threads": threads, "params": {},
+        "clock": "cpu" if threads == 1 else "wall",
     }  # fmt: skip
     with it.num_threads_scope(threads):
-        out["peak"] = matmul_peak(threads=threads)
+        out["peak"] = matmul_peak(threads=threads, clock=out["clock"])
         for p in params:
             batch = sample(batch_size, d, n, 1.0, torch.Generator().manual_seed(1))
             codes = {
@@ -233,16 +245,19 @@ def bench_icl(
             }  # fmt: skip
             for fn in codes.values():  # warm-up: first calls allocate and dispatch
                 fn(1)
-            times = {k: [] for k in codes}
+            times, walls = {k: [] for k in codes}, {k: [] for k in codes}
             for _ in range(repeats):
                 for name, fn in codes.items():
-                    times[name].append(_timed(fn, steps)[0] / steps)
-            times["batched_fresh"] = [t / batched_models for t in times["batched_fresh"]]
+                    wall, cpu = _cpu_timed(fn, steps)
+                    per = steps * (batched_models if name == "batched_fresh" else 1)
+                    times[name].append((cpu if out["clock"] == "cpu" else wall) / per)
+                    walls[name].append(wall / per)
             med = {k: statistics.median(v) for k, v in times.items()}
             f_lib = flops_trainer(p, n_layers, 1, batch_size, d, n)
             f_tok = 3 * flops_tokens(p, n_layers, 1, batch_size, d, n)
             out["params"][p] = {
                 "s_per_step": med,
+                "wall_s_per_step": {k: statistics.median(v) for k, v in walls.items()},
                 "spread": {k: (max(v) - min(v)) / med[k] for k, v in times.items()},
                 "speedup_fresh": med["naive_fresh"] / med["trainer_fresh"],
                 "speedup_fixed": med["naive_fixed"] / med["trainer_fixed"],
@@ -444,7 +459,7 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             "",
             f"Adam steps at batch {icl_res['batch_size']}, d = {icl_res['d']}, n = {icl_res['n']}, "
             f"{icl_res['n_layers']} layers, one head, float32, **every code on {icl_res['threads']} torch thread(s)**; "
-            f"milliseconds per step, median of {icl_res['repeats']} interleaved runs of {icl_res['steps']} steps "
+            f"milliseconds ({'CPU time of the process' if icl_res.get('clock') == 'cpu' else 'wall time'}) per step, median of {icl_res['repeats']} interleaved runs of {icl_res['steps']} steps "
             "(spread (max - min) / median in brackets). Trainer: `attnlab.icl_training.train_icl` (Gram form, "
             "hand-written backward `attnlab.models.gram_backward`, the library's loop and Adam); fixed batch: the same "
             "step on one batch (no sampling). Naive: one `LinearTransformer` through its token form, autograd, "

@@ -65,17 +65,26 @@ def _pad(w):
     return torch.nn.functional.pad(w, (0, 1, 0, 1))
 
 
+def _padded_weights(kind, w, Dp):
+    """FULL: ``P', Q'`` padded with a zero last row and column; DIAG: ``Omega' [M, L, D+1, D+1]``, padded."""
+    if kind == "full":
+        return [_pad(t) for t in w]
+    return [_pad(omega_matrix(w[0], Dp - 1))]
+
+
 def _padded_operator(kind, w, layer, X):
-    """``K'(X) [M, B, D+1, D+1]`` (zero last row and column); FULL also returns ``X Q'_k [M, H, B, ., .]``."""
-    M, B, Dp = X.shape[0], X.shape[1], X.shape[-1]
+    """``K'(X) [M, B, D+1, D+1]`` (zero last row and column) from :func:`_padded_weights` ``w``; FULL
+    also returns ``X Q'_k [M, H, B, D+1, D+1]``."""
+    B, Dp = X.shape[1], X.shape[-1]
     if kind == "full":
         P, Q = w[0][:, layer], w[1][:, layer]  # [M, H, D+1, D+1], padded
-        XQ = torch.matmul(X.reshape(M, 1, B * Dp, Dp), Q).reshape(M, -1, B, Dp, Dp)  # GEMMs
+        XQ = torch.matmul(X.reshape(X.shape[0], 1, B * Dp, Dp), Q)  # GEMMs (X may be shared: [1, ...])
+        XQ = XQ.reshape(*XQ.shape[:2], B, Dp, Dp)
         K = P[:, 0, None] @ XQ[:, 0]
         for h in range(1, P.shape[1]):
             K = K + P[:, h, None] @ XQ[:, h]
         return K, XQ
-    return _pad(omega_matrix(w[0][:, layer], Dp - 1))[:, None] * X, None
+    return w[0][:, layer, None] * X, None
 
 
 class GramForward(torch.autograd.Function):
@@ -89,7 +98,7 @@ class GramForward(torch.autograd.Function):
     def forward(ctx, kind, X, *w):
         L, Dp = w[0].shape[1], X.shape[-1]
         a, q = Dp - 2, Dp - 1  # the y coordinate, the query column
-        wp = [_pad(t) for t in w] if kind == "full" else list(w)
+        wp = _padded_weights(kind, w, Dp)
         saved, outs = [], [-X[..., a, q]]
         for layer in range(L):
             T, XQ = _padded_operator(kind, wp, layer, X)
@@ -100,14 +109,17 @@ class GramForward(torch.autograd.Function):
             if layer < L - 1:
                 X = TX @ T.transpose(-1, -2)
         ctx.kind, ctx.layers = kind, saved
-        ctx.save_for_backward(*wp)
+        ctx.save_for_backward(*wp, *w)
         return torch.stack(outs, dim=1)
 
     @staticmethod
     def backward(ctx, ybar):
-        wp = ctx.saved_tensors
         kind, saved = ctx.kind, ctx.layers
-        grads = [torch.zeros_like(x) for x in wp]
+        wp, w = (
+            ctx.saved_tensors[: len(ctx.saved_tensors) // 2],
+            ctx.saved_tensors[len(ctx.saved_tensors) // 2 :],
+        )
+        grads = [torch.zeros_like(x) for x in wp] if kind == "full" else [torch.zeros_like(w[0])]
         L = len(saved)
         S = None  # the symmetrised gradient with respect to X_{l+1}
         for layer in range(L - 1, -1, -1):
@@ -148,7 +160,7 @@ class GramForward(torch.autograd.Function):
             else:
                 grads[0][:, layer] = _block_sums((Tbar * X).sum(1)[..., :-1, :-1])
                 if layer > 0:
-                    Kbar = Tbar.mul_(_pad(omega_matrix(wp[0][:, layer], Dp - 1))[:, None])  # Tbar is used up
+                    Kbar = Tbar.mul_(wp[0][:, layer, None])  # Tbar is used up
                     S.add_(Kbar).add_(Kbar.transpose(-1, -2))
         ctx.layers = None
         if kind == "full":
@@ -160,11 +172,11 @@ def gram_readouts_autograd(kind, G, e, *w):
     """The readouts of :class:`GramForward` from ``G``, ``e``, written for autograd (also in the data)."""
     L = w[0].shape[1]
     X = padded_state(G, e)
-    wp = [_pad(t) for t in w] if kind == "full" else list(w)
+    wp = _padded_weights(kind, w, X.shape[-1])
     eye = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device)
     outs = [-X[..., -2, -1]]
     for layer in range(L):
         T = _padded_operator(kind, wp, layer, X)[0] + eye
         X = T @ X @ T.transpose(-1, -2)
         outs.append(-X[..., -2, -1])
-    return torch.stack(outs, dim=1)
+    return torch.stack(torch.broadcast_tensors(*outs), dim=1)  # y_0 is shared when the data are

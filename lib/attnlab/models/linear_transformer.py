@@ -12,7 +12,8 @@ function in three forms, tested equal in float64:
 - the **Gram form** (:meth:`~LinearTransformer.gram_forward`): every token moves by the same
   linear map ``T = I + K(G)`` with ``K(G) = sum_k P_k G Q_k`` and ``G = sum_{j<=n} e_j e_j^T``,
   so the next layer's Gram matrix is ``T G T^T`` and the query is ``T e_t`` — the forward pass
-  needs the ``(d+1) x (d+1)`` Gram matrix and the query, never the ``n`` context tokens;
+  needs the ``(d+1) x (d+1)`` Gram matrix and the query, never the ``n`` context tokens; its
+  gradient with respect to the weights is written out by hand (:mod:`attnlab.models.gram_backward`);
 - the **spectral form** of GD++ (:meth:`~LinearTransformer.spectral_forward`): a GD++ layer
   multiplies every ``x`` by ``I + omega_xx Sigma``, so ``Sigma`` keeps its eigenvectors and every
   layer is elementwise in its eigenbasis (chapter 03).
@@ -339,6 +340,8 @@ class LinearTransformer(nn.Module):
 
         Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
         Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
+        When the weights need a gradient and the data do not (training), the backward pass is the
+        hand-written one of :class:`~attnlab.models.gram_backward.GramForward`; otherwise autograd's.
         """
         D = self.d + 1
         if G.shape[-2:] != (D, D) or e_t.shape[-1] != D:
@@ -347,8 +350,11 @@ class LinearTransformer(nn.Module):
             )
         lead = torch.broadcast_shapes(self.batch_shape, G.shape[:-3], e_t.shape[:-2])
         B = torch.broadcast_shapes(G.shape[-3:-2], e_t.shape[-2:-1])[0]
-        G = G.expand(*lead, B, D, D).reshape(-1, B, D, D)
-        e_t = e_t.expand(*lead, B, D).reshape(-1, B, D)
+        shared = G.shape[:-3].numel() == 1 and e_t.shape[:-2].numel() == 1  # one data set for every model
+        if shared:  # broadcast over the models, no copies
+            G, e_t = G.reshape(1, -1, D, D).expand(1, B, D, D), e_t.reshape(1, -1, D).expand(1, B, D)
+        else:
+            G, e_t = G.expand(*lead, B, D, D).reshape(-1, B, D, D), e_t.expand(*lead, B, D).reshape(-1, B, D)
         if self.param == "full":
             kind, w = "full", (self.P, self.Q)
         else:
@@ -357,7 +363,8 @@ class LinearTransformer(nn.Module):
         w = [t.expand(*lead, *t.shape[nb:]).reshape(-1, *t.shape[nb:]) for t in w]
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
         if needs_grad and not (G.requires_grad or e_t.requires_grad):
-            Y = GramForward.apply(kind, padded_state(G, e_t), *w)  # the hand-written backward
+            X = padded_state(G, e_t).expand(len(w[0]), -1, -1, -1)
+            Y = GramForward.apply(kind, X.contiguous(), *w)  # the hand-written backward
         else:
             Y = gram_readouts_autograd(kind, G, e_t, *w)
         Y = Y.reshape(*lead, self.n_layers + 1, B)
