@@ -319,3 +319,21 @@ def test_hand_written_gram_backward_equals_autograd(key, dtype, rtol):
     G.requires_grad_(True)
     model.gram_forward(G, e_t).sum().backward()
     assert G.grad is not None and G.grad.abs().max() > 0
+
+
+def test_hand_written_backward_in_chunks_of_models():
+    """Models x sequences beyond GRAM_CHUNK go through the backward a few models at a time: same gradients."""
+    from attnlab.models.linear_transformer import GRAM_CHUNK
+
+    B = GRAM_CHUNK // 2  # two models per call: the three models take two calls
+    for param in ("full", "diag"):
+        model = LinearTransformer(D, 2, 1, param, batch_shape=(3,), init_scale=0.05, seed=5, dtype="float64")
+        data = sample_regression(
+            B, D, N, noise=["uniform:1", "uniform:2", "fixed:0"], generator=6, dtype="float64"
+        )
+        G, e_t = gram_inputs(data.X, data.y, data.x_query)  # [3, B, ...]: one data set per model
+        ybar = torch.randn(3, 3, B, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+        hand = _gradients(model, G, e_t, ybar, data_grad=False)
+        auto = _gradients(model, G, e_t, ybar, data_grad=True)
+        for h, a in zip(hand, auto, strict=True):
+            assert float(a.norm()) > 1e-3 and float((h - a).norm() / a.norm()) < 1e-12

@@ -37,6 +37,7 @@ from attnlab.validation import check_choice, check_int, check_real, make_generat
 
 LT_PARAMS = ("full", "diag", "gdpp")
 LT_DIAG_MODES = ("pq", "omega")
+GRAM_CHUNK = 2048  # sequences per call of the Gram form's hand-written backward (cache-sized, measured)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -364,7 +365,15 @@ class LinearTransformer(nn.Module):
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
         if needs_grad and not (G.requires_grad or e_t.requires_grad):
             X = padded_state(G, e_t).expand(len(w[0]), -1, -1, -1)
-            Y = GramForward.apply(kind, X.contiguous(), *w)  # the hand-written backward
+            # The hand-written backward, a few models at a time: each call's matrices (about
+            # GRAM_CHUNK sequences) stay in the core's cache, whereas all models at once would not.
+            step = max(1, GRAM_CHUNK // B)
+            Y = torch.cat(
+                [
+                    GramForward.apply(kind, X[i : i + step].contiguous(), *(t[i : i + step] for t in w))
+                    for i in range(0, len(X), step)
+                ]
+            )
         else:
             Y = gram_readouts_autograd(kind, G, e_t, *w)
         Y = Y.reshape(*lead, self.n_layers + 1, B)
