@@ -189,6 +189,17 @@ def matmul_peak(n: int = 1024, threads: int | None = None, repeats: int = 5, clo
     return 2 * n**3 / best
 
 
+def small_matmul_rate(B: int = 2048, D: int = 12, repeats: int = 20, clock: str = "wall") -> float:
+    """Best float32 FLOP/s of ``B`` independent ``D × D`` products in one ``torch.bmm`` (current threads).
+
+    The trainer's per-sequence products (``T X Tᵀ`` and its backward) are of this kind: their rate,
+    not the large-matmul peak, bounds the trainer."""
+    a, b = torch.randn(B, D, D), torch.randn(B, D, D)
+    torch.bmm(a, b)
+    best = min(_cpu_timed(torch.bmm, a, b)[clock == "cpu"] for _ in range(repeats))
+    return 2 * B * D**3 / best
+
+
 def _trainer_fixed(param, n_layers, batch, steps):
     """The trainer's step (Gram form, hand-written backward, the library's loop and Adam) on one fixed batch."""
     from torch import nn
@@ -233,6 +244,7 @@ def bench_icl(
     }  # fmt: skip
     with it.num_threads_scope(threads):
         out["peak"] = matmul_peak(threads=threads, clock=out["clock"])
+        out["small_matmul"] = small_matmul_rate(batch_size, d + 2, clock=out["clock"])
         for p in params:
             batch = sample(batch_size, d, n, 1.0, torch.Generator().manual_seed(1))
             codes = {
@@ -469,7 +481,10 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             "",
             "Useful FLOPs are counted analytically (`benchmarks/bench.py: flops_trainer`, `flops_tokens`; "
             "multiply-add = 2); the matmul peak is the best float32 1024×1024 matmul of this run at the same thread "
-            f"count: {icl_res['peak'] / 1e9:.1f} GFLOP/s.",
+            f"count: {icl_res['peak'] / 1e9:.1f} GFLOP/s. The rate of one `torch.bmm` of {icl_res['batch_size']} "
+            f"independent {icl_res['d'] + 2}×{icl_res['d'] + 2} products, the kind the trainer's per-sequence "
+            f"products are, was {icl_res.get('small_matmul', float('nan')) / 1e9:.1f} GFLOP/s "
+            f"({100 * icl_res.get('small_matmul', float('nan')) / icl_res['peak']:.0f}% of the peak).",
             "",
             "| Model | Trainer fresh | Naive fresh | Ratio | Trainer fixed | Naive fixed | Ratio | Reference fresh (ratio) "
             "| Batched per model (vs one at a time) | Trainer GFLOP/s fixed (% of peak) |",
