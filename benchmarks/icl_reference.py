@@ -1,9 +1,13 @@
-"""A straightforward Part III trainer, the baseline of ``bench_icl``.
+"""Straightforward Part III trainers, the baselines of ``bench_icl``.
 
-One linear transformer at a time, in token form (paper C, section 3; ``attnlab.models.LinearTransformer``):
-every layer does ``Z ← Z + Σ_k P_k (Z M Zᵀ) Q_k Z`` with a Python loop over the heads, the
-loss is ½·MSE of ``-y`` of the query token, and the step is plain ``loss.backward()`` and
-``torch.optim.Adam``. No Gram-form rewrite, no batching over models.
+One linear transformer at a time, in token form (paper C, section 3), the loss ½·MSE of ``-y`` of
+the query token, and the step plain ``loss.backward()`` (autograd) and ``torch.optim.Adam``; no
+Gram form, no hand-written backward, no batching over models:
+
+- :func:`train_naive`: the library's own token form, ``LinearTransformer.predict`` (every layer
+  ``Z ← Z + K Z`` with ``K = Σ_k P_k (Z M Zᵀ) Q_k``), the baseline the benchmark's ratios use;
+- :func:`train_reference`: an independent token form with a Python loop over the heads
+  (:func:`reference_forward`, also used to check the library's model).
 """
 
 from __future__ import annotations
@@ -57,6 +61,44 @@ def sample(batch_size: int, d: int, n: int, sigma_max: float, gen: torch.Generat
     sigma = sigma_max * torch.rand(batch_size, generator=gen, dtype=dtype)
     y = (X @ w[..., None])[..., 0] + sigma[:, None] * torch.randn(batch_size, n, generator=gen, dtype=dtype)
     return X, y, xq, (xq * w).sum(-1)
+
+
+def _fixed_or_fresh(batch, batch_size, d, n, sigma_max, gen):
+    return batch if batch is not None else sample(batch_size, d, n, sigma_max, gen)
+
+
+def train_naive(
+    param: str,
+    n_layers: int,
+    *,
+    n_heads: int = 1,
+    d: int = 10,
+    n: int = 20,
+    steps: int = 10,
+    batch_size: int = 2048,
+    lr: float = 1e-4,
+    sigma_max: float = 1.0,
+    seed: int = 0,
+    batch=None,
+) -> list[float]:
+    """Train one ``LinearTransformer`` through its token form with ``torch.optim.Adam``; returns the losses.
+
+    Fresh data every step, or the fixed ``batch = (X, y, x_query, target)`` at every step.
+    """
+    from attnlab.models import LinearTransformer
+
+    gen = torch.Generator().manual_seed(seed)
+    model = LinearTransformer(d, n_layers, n_heads, param, seed=seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    losses = []
+    for _ in range(steps):
+        X, y, xq, target = _fixed_or_fresh(batch, batch_size, d, n, sigma_max, gen)
+        loss = 0.5 * ((model.predict(X, y, xq) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 def train_reference(

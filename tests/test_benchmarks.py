@@ -26,8 +26,8 @@ def test_smallest_benchmarks_run(tmp_path):
     assert se["baseline"]["iterations"] == 2 and math.isfinite(se["speedup_same_quadrature"])
     pd = bench.bench_phase_diagram(n_alpha=2, n_omega=1, n_jobs=1)
     assert pd["points"] == 2
-    icl = bench.bench_icl(n_layers=1, batch_size=8, steps=1, repeats=1, batched_noise=2)
-    assert set(icl["params"]) == {"diag", "full"} and icl["peak_1thread"] > 0
+    icl = bench.bench_icl(n_layers=2, batch_size=8, steps=1, repeats=1, batched_models=2)
+    assert set(icl["params"]) == {"diag", "full"} and icl["peak"] > 0
     chapter = tmp_path / "c.md"
     header = (ROOT / "book" / "intro.md").read_text().split("---\n")[1]  # a chapter's jupytext header
     chapter.write_text(f"---\n{header}---\n\n```{{code-cell}} ipython3\nx = 1 + 1\n```\n")

@@ -12,7 +12,8 @@ function in three forms, tested equal in float64:
 - the **Gram form** (:meth:`~LinearTransformer.gram_forward`): every token moves by the same
   linear map ``T = I + K(G)`` with ``K(G) = sum_k P_k G Q_k`` and ``G = sum_{j<=n} e_j e_j^T``,
   so the next layer's Gram matrix is ``T G T^T`` and the query is ``T e_t`` — the forward pass
-  needs the ``(d+1) x (d+1)`` Gram matrix and the query, never the ``n`` context tokens;
+  needs the ``(d+1) x (d+1)`` Gram matrix and the query, never the ``n`` context tokens; its
+  gradient with respect to the weights is written out by hand (:mod:`attnlab.models.gram_backward`);
 - the **spectral form** of GD++ (:meth:`~LinearTransformer.spectral_forward`): a GD++ layer
   multiplies every ``x`` by ``I + omega_xx Sigma``, so ``Sigma`` keeps its eigenvectors and every
   layer is elementwise in its eigenbasis (chapter 03).
@@ -30,11 +31,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from attnlab.models.gram_backward import GramForward, gram_readouts_autograd, padded_state
 from attnlab.tasks.icl_regression import build_tokens, gram_inputs
 from attnlab.validation import check_choice, check_int, check_real, make_generator, resolve_dtype
 
 LT_PARAMS = ("full", "diag", "gdpp")
 LT_DIAG_MODES = ("pq", "omega")
+GRAM_CHUNK = 2048  # sequences per call of the Gram form's hand-written backward (cache-sized, measured)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -338,16 +341,43 @@ class LinearTransformer(nn.Module):
 
         Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
         Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
+        When the weights need a gradient and the data do not (training), the backward pass is the
+        hand-written one of :class:`~attnlab.models.gram_backward.GramForward`; otherwise autograd's.
         """
-        eye = torch.eye(G.shape[-1], device=G.device, dtype=G.dtype)
-        outs = [-e_t[..., -1]]
-        for layer in range(self.n_layers):
-            T = eye + self.layer_operator(layer, G)  # [*models, B, D, D]
-            e_t = (T * e_t[..., None, :]).sum(-1)  # T e_t
-            if layer < self.n_layers - 1:
-                G = T @ G @ T.transpose(-1, -2)
-            outs.append(-e_t[..., -1])
-        return torch.stack(torch.broadcast_tensors(*outs), dim=-2) if return_layers else outs[-1]
+        D = self.d + 1
+        if G.shape[-2:] != (D, D) or e_t.shape[-1] != D:
+            raise ValueError(
+                f"G must be [..., B, {D}, {D}] and e_t [..., B, {D}], got {list(G.shape)}, {list(e_t.shape)}"
+            )
+        lead = torch.broadcast_shapes(self.batch_shape, G.shape[:-3], e_t.shape[:-2])
+        B = torch.broadcast_shapes(G.shape[-3:-2], e_t.shape[-2:-1])[0]
+        shared = G.shape[:-3].numel() == 1 and e_t.shape[:-2].numel() == 1  # one data set for every model
+        if shared:  # broadcast over the models, no copies
+            G, e_t = G.reshape(1, -1, D, D).expand(1, B, D, D), e_t.reshape(1, -1, D).expand(1, B, D)
+        else:
+            G, e_t = G.expand(*lead, B, D, D).reshape(-1, B, D, D), e_t.expand(*lead, B, D).reshape(-1, B, D)
+        if self.param == "full":
+            kind, w = "full", (self.P, self.Q)
+        else:
+            kind, w = "omega", (self.omegas(),)
+        nb = len(self.batch_shape)
+        w = [t.expand(*lead, *t.shape[nb:]).reshape(-1, *t.shape[nb:]) for t in w]
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
+        if needs_grad and not (G.requires_grad or e_t.requires_grad):
+            X = padded_state(G, e_t).expand(len(w[0]), -1, -1, -1)
+            # The hand-written backward, a few models at a time: each call's matrices (about
+            # GRAM_CHUNK sequences) stay in the core's cache, whereas all models at once would not.
+            step = max(1, GRAM_CHUNK // B)
+            Y = torch.cat(
+                [
+                    GramForward.apply(kind, X[i : i + step].contiguous(), *(t[i : i + step] for t in w))
+                    for i in range(0, len(X), step)
+                ]
+            )
+        else:
+            Y = gram_readouts_autograd(kind, G, e_t, *w)
+        Y = Y.reshape(*lead, self.n_layers + 1, B)
+        return Y if return_layers else Y[..., -1, :]
 
     def spectral_forward(self, s, beta, x_t, *, return_layers: bool = False) -> torch.Tensor:
         """GD++ predictions in the eigenbasis of ``Sigma``: ``O(d)`` per sequence and layer (chapter 03).
