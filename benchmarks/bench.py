@@ -430,7 +430,7 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
         ]
         for r in se_res["solver"]:
             out.append(
-                f"| `state_evolution.solve` | {r['n_nodes']}⁴ | {r['time']:.3f} | {r['iterations']} | "
+                f"| `phase_transition.solve` | {r['n_nodes']}⁴ | {r['time']:.3f} | {r['iterations']} | "
                 f"{r['eps_g']:.6g} | {r['eps_t']:.6g} | {r['error']:.2e} |"
             )
         eq = se_res["equal_accuracy"]
