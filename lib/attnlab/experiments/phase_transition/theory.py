@@ -235,13 +235,19 @@ def pt_branches(config: dict, device: str) -> list[dict]:
     which stays converged inside the semantic subspace, so convergence alone does not see the end).
 
     Rows ``kind="end"`` (branch, direction, alpha_on, alpha_off, and the last on-branch point's
-    mu_max, theta_over_sigma2, m): for each sweep, where a followed branch first goes from on to off
-    the branch, the bracket [last on-branch α, next α] is shrunk by bisection to ``width``, each
-    midpoint solved warm-started from the last on-branch point. What is located is the α where the
-    continued branch stops being found: at a fold (saddle-node) the iteration leaves it with
-    ``mu_max`` -> 1; at a pitchfork its order parameter goes to 0 continuously, also with
-    ``mu_max`` -> 1. The bracket bounds that α to ``width``; ``mu_max`` at ``alpha_on`` says how
-    marginal the last point is. A sweep that stays on its branch to the end of the grid has no row.
+    mu_max, theta_over_sigma2, m): for each sweep whose last on-branch point is not the last α, the
+    bracket [last on-branch α, next α] is shrunk by bisection to ``width``, each midpoint solved
+    warm-started from the last on-branch point. An isolated point that is off the branch while the
+    sweep finds the branch again further on (an iteration that missed the tolerance) is not an end.
+    What is located is the α where the continued branch stops being found (converged with its
+    order parameter): at a fold the iteration leaves the branch as ``mu_max`` -> 1; at a pitchfork
+    the order parameter goes to 0 continuously, also with ``mu_max`` -> 1. But the iteration can
+    also stop meeting ``tol`` on a branch that is still there; the bracket then marks where the
+    solver loses the branch, not a spinodal. ``mu_max`` and the order parameter at ``alpha_on`` tell
+    which: near 1 and near 0 at a pitchfork. At ω = 0.3 the semantic branch ends by θ -> 0 at 8
+    nodes (near α = 0.657); at 20 nodes the iteration stops converging near α = 0.75 with θ/σ²
+    still about 0.17 and ``mu_max`` about 0.93 (a lost branch). The positional branch does not end
+    on the grid. A sweep that stays on its branch to the end of the grid has no row.
     """
     from attnlab.theory import phase_transition as se
 
@@ -252,14 +258,13 @@ def pt_branches(config: dict, device: str) -> list[dict]:
         for direction, alphas in (("down", grid[::-1]), ("up", grid)):
             path = se.continue_branch(alphas, omega, branch, sigma, lam, n_nodes=n_nodes)
             rows += [_branch_row(fp, direction) for fp in path]
-            on = [_on_branch(fp) for fp in path]
-            for i in range(len(path) - 1):
-                if on[i] and not on[i + 1]:
-                    last, off = _bisect_end(path[i], path[i + 1], omega, sigma, lam, n_nodes, config["width"])
-                    rows.append({
-                        "kind": "end", "branch": branch, "direction": direction, "alpha_on": last.alpha,
-                        "alpha_off": off, "mu_max": last.mu_max, "theta_over_sigma2": last.theta_over_sigma2,
-                        "m": abs(last.m),
-                    })  # fmt: skip
-                    break
+            found = np.flatnonzero([_on_branch(fp) for fp in path])
+            if found.size and found[-1] < len(path) - 1:
+                i = int(found[-1])
+                last, off = _bisect_end(path[i], path[i + 1], omega, sigma, lam, n_nodes, config["width"])
+                rows.append({
+                    "kind": "end", "branch": branch, "direction": direction, "alpha_on": last.alpha,
+                    "alpha_off": off, "mu_max": last.mu_max, "theta_over_sigma2": last.theta_over_sigma2,
+                    "m": abs(last.m),
+                })  # fmt: skip
     return rows
