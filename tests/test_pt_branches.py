@@ -136,3 +136,51 @@ def test_continue_branch_rejects_bad_alphas():
         se.continue_branch([1.0, -0.5], 0.3, "semantic")
     with pytest.raises(ValueError, match="branch"):
         se.continue_branch([1.0], 0.3, "mixed")
+
+
+@pytest.fixture(scope="module")
+def branches():
+    """pt_branches at omega = 0.3 on a small grid (8 nodes): both branches, both directions."""
+    from attnlab.experiments.phase_transition.theory import pt_branches
+
+    config = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.5, "alpha_max": 1.1, "n_alpha": 3,
+              "n_nodes": 8, "width": 0.01}  # fmt: skip
+    return pt_branches(config, "cpu")
+
+
+def _select(rows, kind, branch, direction=None):
+    return [
+        r for r in rows if r["kind"] == kind and r["branch"] == branch and direction in (None, r["direction"])
+    ]
+
+
+def test_semantic_branch_is_stable_where_found_and_ends_where_theta_collapses(branches):
+    """Followed down from alpha = 1.1, the semantic branch is stable (mu_max < 1) while found, loses
+    theta continuously and ends near 0.657 (8 nodes; 0.65-0.70 in the continuation test above),
+    with mu_max near 1 at its last point; one step past the end theta is gone."""
+    curve = _select(branches, "curve", "semantic", "down")
+    on = [r for r in curve if r["on_branch"]]
+    assert [r["alpha"] for r in on] == [1.1, 0.8]  # not at 0.5
+    assert all(r["mu_max"] < 1 for r in on) and on[0]["mu_max"] < on[1]["mu_max"]
+    assert on[0]["theta_over_sigma2"] > on[1]["theta_over_sigma2"] > 0.1
+    (end,) = _select(branches, "end", "semantic", "down")
+    # 8 nodes: the bracket from the book grid (0.5 to 2.0) is [0.65625, 0.6625]
+    assert end["alpha_off"] < 0.657 < end["alpha_on"]
+    assert 0 < end["alpha_on"] - end["alpha_off"] <= 0.01
+    assert 0.9 < end["mu_max"] < 1 and end["theta_over_sigma2"] < 0.1  # marginal, theta nearly gone
+    past = se.solve(end["alpha_off"], 0.3, "semantic", n_nodes=8)
+    assert past.theta_over_sigma2 < 1e-3
+
+
+def test_branches_agree_in_both_directions_and_positional_does_not_end(branches):
+    """Up and down sweeps land on the same points where the branch is found (no hysteresis at a
+    pitchfork), and the positional branch is found on the whole grid (it has no end there)."""
+    for branch in ("semantic", "positional"):
+        by = {(r["direction"], r["alpha"]): r for r in _select(branches, "curve", branch)}
+        for a in (0.5, 0.8, 1.1):
+            up, down = by["up", a], by["down", a]
+            assert up["on_branch"] == down["on_branch"]
+            assert up["eps_t"] == pytest.approx(down["eps_t"], rel=1e-5)
+    pos = _select(branches, "curve", "positional")
+    assert all(r["on_branch"] and r["m"] > 0.2 for r in pos)
+    assert not _select(branches, "end", "positional")

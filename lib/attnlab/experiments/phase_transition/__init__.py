@@ -4,7 +4,8 @@
   and the helpers that turn its arrays into result rows (:func:`rows_from`, :func:`summarize`);
 * :mod:`.simulations` – the registered finite-d experiments ``pt_gd``, ``pt_curves``,
   ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``;
-* :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``
+* :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``,
+  ``pt_branches``
   (the fixed-point solver over grids);
 * :mod:`.histogram` – ``pt_histogram``, the bridge to Part I.
 

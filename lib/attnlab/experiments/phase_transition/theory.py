@@ -7,6 +7,7 @@ so that the paper-scale runs go through the CLI and the chapters (03, 04) load a
     python -m attnlab.experiments run pt_phase_diagram --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_transition_lines --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_crossing_scan --scale paper --out lib/attnlab/results
+    python -m attnlab.experiments run pt_branches --scale paper --out lib/attnlab/results
 """
 
 from __future__ import annotations
@@ -181,3 +182,89 @@ def pt_crossing_scan(config: dict, device: str) -> list[dict]:
     args = {"sigma": config["sigma"], "lam": config["lam"], "n_nodes": config["n_nodes"]}
     configs = [{"omega": float(w), "alpha": float(a), **args} for w in config["omegas"] for a in alphas]
     return sweep(_scan_point, configs, n_jobs=config["n_jobs"])
+
+
+_THETA_MIN = 1e-3  # a semantic point with |θ|/σ² below this is the agnostic point θ = 0: off the branch
+
+
+def _on_branch(fp) -> bool:
+    """Converged (tolerance met, ``mu_max <= 1 + 1e-3``, positional |m| >= 1e-3) and, on the semantic
+    branch, |θ|/σ² >= 1e-3."""
+    return bool(fp.converged) and (fp.branch == "positional" or fp.theta_over_sigma2 >= _THETA_MIN)
+
+
+def _branch_row(fp, direction) -> dict:
+    return {
+        "kind": "curve", "alpha": fp.alpha, "branch": fp.branch, "direction": direction, "eps_t": fp.eps_t,
+        "eps_g": fp.eps_g, "m": abs(fp.m), "theta_over_sigma2": fp.theta_over_sigma2, "mu_max": fp.mu_max,
+        "converged": bool(fp.converged), "on_branch": _on_branch(fp),
+    }  # fmt: skip
+
+
+def _bisect_end(last_on, first_off, omega, sigma, lam, n_nodes, width):
+    """Shrink [last_on.alpha, first_off.alpha] to ``width`` by solving at the midpoint, warm-started
+    from the last on-branch point (the continuation's own rule)."""
+    from attnlab.theory import phase_transition as se
+
+    on, off = last_on, first_off.alpha
+    while abs(off - on.alpha) > width:
+        mid = 0.5 * (on.alpha + off)
+        fp = se.solve(mid, omega, on.branch, sigma, lam, n_nodes=n_nodes, init=(on.q, on.m, on.V, on.theta))
+        if _on_branch(fp):
+            on = fp
+        else:
+            off = mid
+    return on, off
+
+
+@experiment(
+    "pt_branches",
+    book={**_THEORY, "alpha_min": 0.5, "alpha_max": 2.0, "n_alpha": 4, "n_nodes": 8, "width": 0.01},
+    paper={**_THEORY, "alpha_min": 0.3, "alpha_max": 2.5, "n_alpha": 23, "n_nodes": 20, "width": 0.01},
+    description="both branches continued in alpha both ways, with mu_max, and where each ends (chapter 3)",
+)  # fmt: skip
+def pt_branches(config: dict, device: str) -> list[dict]:
+    """Both branches continued along the α grid in both directions, and where each followed branch ends.
+
+    Rows ``kind="curve"`` (alpha, branch, direction ``down``/``up``, eps_t, eps_g, m,
+    theta_over_sigma2, mu_max, converged, on_branch): each branch is started fresh at one end of
+    the grid and continued (:func:`~attnlab.theory.phase_transition.continue_branch`, warm starts
+    from the last converged point) to the other end. A point is *on the branch* if it is
+    ``converged`` (tolerance met, ``mu_max <= 1 + 1e-3``, positional |m| >= 1e-3) and, on the
+    semantic branch, |θ|/σ² >= 1e-3 (below that the iteration sits on the agnostic point θ = 0,
+    which stays converged inside the semantic subspace, so convergence alone does not see the end).
+
+    Rows ``kind="end"`` (branch, direction, alpha_on, alpha_off, and the last on-branch point's
+    mu_max, theta_over_sigma2, m): for each sweep whose last on-branch point is not the last α, the
+    bracket [last on-branch α, next α] is shrunk by bisection to ``width``, each midpoint solved
+    warm-started from the last on-branch point. An isolated point that is off the branch while the
+    sweep finds the branch again further on (an iteration that missed the tolerance) is not an end.
+    What is located is the α where the continued branch stops being found (converged with its
+    order parameter): at a fold the iteration leaves the branch as ``mu_max`` -> 1; at a pitchfork
+    the order parameter goes to 0 continuously, also with ``mu_max`` -> 1. But the iteration can
+    also stop meeting ``tol`` on a branch that is still there; the bracket then marks where the
+    solver loses the branch, not a spinodal. ``mu_max`` and the order parameter at ``alpha_on`` tell
+    which: near 1 and near 0 at a pitchfork. At ω = 0.3 the semantic branch ends by θ -> 0 at 8
+    nodes (near α = 0.657); at 20 nodes the iteration stops converging near α = 0.75 with θ/σ²
+    still about 0.17 and ``mu_max`` about 0.93 (a lost branch). The positional branch does not end
+    on the grid. A sweep that stays on its branch to the end of the grid has no row.
+    """
+    from attnlab.theory import phase_transition as se
+
+    omega, sigma, lam, n_nodes = config["omega"], config["sigma"], config["lam"], config["n_nodes"]
+    grid = np.linspace(config["alpha_min"], config["alpha_max"], config["n_alpha"])
+    rows = []
+    for branch in ("semantic", "positional"):
+        for direction, alphas in (("down", grid[::-1]), ("up", grid)):
+            path = se.continue_branch(alphas, omega, branch, sigma, lam, n_nodes=n_nodes)
+            rows += [_branch_row(fp, direction) for fp in path]
+            found = np.flatnonzero([_on_branch(fp) for fp in path])
+            if found.size and found[-1] < len(path) - 1:
+                i = int(found[-1])
+                last, off = _bisect_end(path[i], path[i + 1], omega, sigma, lam, n_nodes, config["width"])
+                rows.append({
+                    "kind": "end", "branch": branch, "direction": direction, "alpha_on": last.alpha,
+                    "alpha_off": off, "mu_max": last.mu_max, "theta_over_sigma2": last.theta_over_sigma2,
+                    "m": abs(last.m),
+                })  # fmt: skip
+    return rows
