@@ -65,14 +65,13 @@ def single_page(single: Path = SINGLE) -> Path:
     return target
 
 
-def print_book(browser, base: str, out: Path = PDF) -> dict:
-    """Print ``{base}/book.html`` (the whole book on one page, :func:`single_page`) to ``out``.
+def offline_page(browser, url: str, viewport: dict):
+    """A new page that may load only from ``url``'s host (and ``data:``); returns ``(page, foreign)``.
 
-    Returns the number of typeset formulas, the raw TeX markers left in the text, and the
-    requests that tried to leave ``base``'s host.
+    Every request to another host is aborted and its URL appended to the list ``foreign``.
     """
-    page = browser.new_page(viewport={"width": 1000, "height": 1400})
-    host, foreign = urlparse(base).netloc, []
+    page = browser.new_page(viewport=viewport)
+    host, foreign = urlparse(url).netloc, []
 
     def route(r):
         if urlparse(r.request.url).netloc == host or r.request.url.startswith("data:"):
@@ -82,6 +81,16 @@ def print_book(browser, base: str, out: Path = PDF) -> dict:
             r.abort()
 
     page.route("**/*", route)
+    return page, foreign
+
+
+def print_book(browser, base: str, out: Path = PDF) -> dict:
+    """Print ``{base}/book.html`` (the whole book on one page, :func:`single_page`) to ``out``.
+
+    Returns the number of typeset formulas, the raw TeX markers left in the text, and the
+    requests that tried to leave ``base``'s host.
+    """
+    page, foreign = offline_page(browser, base, {"width": 1000, "height": 1400})
     page.goto(f"{base}/book.html", wait_until="load", timeout=120_000)
     page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60_000)
     page.evaluate("MathJax.startup.promise")

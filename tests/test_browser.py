@@ -98,18 +98,10 @@ def browser():
 
 
 def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    host = urlparse(url).netloc
-    foreign, errors = [], []
+    import print_pdf
 
-    def route(r):
-        if urlparse(r.request.url).netloc == host or r.request.url.startswith("data:"):
-            r.continue_()
-        else:
-            foreign.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
+    page, foreign = print_pdf.offline_page(browser, url, {"width": 1280, "height": 900})
+    host, errors = urlparse(url).netloc, []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url, wait_until="load")
