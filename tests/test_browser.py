@@ -168,6 +168,19 @@ _RAW_CAPTION = re.compile(
 )
 
 
+#: What :func:`_visit` reports that fails a page, and how the failure reads (first three shown).
+_PAGE_PROBLEMS = (
+    ("raw", "raw TeX left on the page"),
+    ("broken", "images not loaded"),
+    ("no_alt", "figures without alt text"),
+    ("foreign", "requests to other hosts"),
+    ("errors", "console errors"),
+    ("wide", "figures wider than the text column"),
+    ("raw_captions", "captions with raw labels or markup"),
+    ("away", "header buttons pointing to another host"),
+)
+
+
 def _looks_like_a_table(text: str) -> bool:
     """Three or more lines of aligned columns with numbers: a DataFrame or a table printed as text."""
     rows = [
@@ -207,26 +220,11 @@ def test_every_page_renders_offline(server, browser):
         links |= seen["links"]
         if seen["math"] and seen["typeset"] == 0:
             problems.append(f"{rel}: math present but not typeset by MathJax")
-        if seen["raw"]:
-            problems.append(f"{rel}: raw TeX left on the page: {seen['raw']}")
-        if seen["broken"]:
-            problems.append(f"{rel}: images not loaded: {seen['broken']}")
-        if seen["no_alt"]:
-            problems.append(f"{rel}: figures without alt text: {seen['no_alt']}")
-        if seen["foreign"]:
-            problems.append(f"{rel}: requests to other hosts: {seen['foreign'][:3]}")
-        if seen["errors"]:
-            problems.append(f"{rel}: console errors: {seen['errors'][:3]}")
+        problems += [f"{rel}: {what}: {seen[key][:3]}" for key, what in _PAGE_PROBLEMS if seen[key]]
         for text in seen["text_tables"]:
             problems.append(
                 f"{rel}: a table printed as text (show a DataFrame, attnlab.tables):\n{text[:300]}"
             )
-        if seen["wide"]:
-            problems.append(f"{rel}: figures wider than the text column: {seen['wide']}")
-        if seen["raw_captions"]:
-            problems.append(f"{rel}: captions with raw labels or markup: {seen['raw_captions']}")
-        if seen["away"]:
-            problems.append(f"{rel}: header buttons pointing to another host: {seen['away']}")
     for link in sorted(links):
         if _status(link) != 200:
             problems.append(f"internal link does not resolve: {link}")
