@@ -3,9 +3,10 @@
 * :mod:`.engine` – :func:`train_batched`: GD / Adam from several starts and seeds in one batch,
   and the helpers that turn its arrays into result rows (:func:`rows_from`, :func:`summarize`);
 * :mod:`.simulations` – the registered finite-d experiments ``pt_gd``, ``pt_curves``,
-  ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``;
+  ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``,
+  ``pt_metastable``;
 * :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``,
-  ``pt_branches``
+  ``pt_branches``, ``pt_constrained``
   (the fixed-point solver over grids);
 * :mod:`.histogram` – ``pt_histogram``, the bridge to Part I.
 

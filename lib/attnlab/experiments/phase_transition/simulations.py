@@ -209,3 +209,66 @@ def pt_correlated(config: dict, device: str) -> list[dict]:
     return _variant_rows(
         config, device, {"independent": {"correlation": 0.0}, f"c={c:g}": {"correlation": c}}
     )
+
+
+# (omega, alpha, start) of issue 14: two metastable GD points and a control where GD and theory agree
+METASTABLE_POINTS = [[0.5, 1.19, "semantic"], [0.5, 1.19, "positional"], [0.15, 1.79, "positional"]]
+
+
+@experiment(
+    "pt_metastable",
+    book={
+        **_COMMON,
+        "points": METASTABLE_POINTS,
+        "ds": [100],
+        "steps": 3000,
+        "record_every": 1000,
+        "n_seeds": 2,
+        "n_test": 1000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },
+    paper={
+        **_COMMON,
+        "points": METASTABLE_POINTS,
+        "ds": [250, 500, 1000],
+        "steps": 30_000,
+        "record_every": 10_000,
+        "n_seeds": 4,
+        "n_test": 10000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },
+    description="GD run until flat at the metastable points of issue 14, d up to 1000 (chapter 3)",
+)
+def pt_metastable(config: dict, device: str) -> list[dict]:
+    """GD from one start at each ``(omega, alpha, init)`` of ``points`` and each ``d`` of ``ds``.
+
+    One row per (point, d, seed) with the final ``eps_g``, ``eps_t``, ``m``, ``theta_over_sigma2``
+    and ``q``, and how much ``m``, ``theta_over_sigma2`` and ``eps_t`` moved over the last
+    ``record_every`` steps (``dm_last``, ``dtheta_last``, ``deps_t_last``): GD has stopped where these
+    are small.
+    """
+    rows = []
+    keys = ("sigma", "lam", "lr", "steps", "n_test", "lam_lin", "n_seeds", "normalize_teacher")
+    kw = {k: config[k] for k in keys} | {"device": device}
+    for k, (omega, alpha, init) in enumerate(config["points"]):
+        for j, d in enumerate(config["ds"]):
+            out = train_batched(
+                alpha=alpha,
+                d=d,
+                omega=omega,
+                inits=(init,),
+                seed=config["seed"] + 100 * k + j,
+                record_every=config["record_every"],
+                **kw,
+            )
+            last = rows_from(out, (init,), alpha=alpha, d=d, omega=omega)
+            for s, row in enumerate(last):
+                row["dm_last"] = float(out["curve_m"][-1, 0, s] - out["curve_m"][-2, 0, s])
+                row["dtheta_last"] = float(
+                    out["curve_theta_over_sigma2"][-1, 0, s] - out["curve_theta_over_sigma2"][-2, 0, s]
+                )
+                row["deps_t_last"] = float(out["curve_eps_t"][-1, 0, s] - out["curve_eps_t"][-2, 0, s])
+                rows.append(row)
+    return rows

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.experiments import experiment, sweep
+from attnlab.experiments.phase_transition.simulations import METASTABLE_POINTS
 
 _THEORY = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "alpha_min": 0.1, "alpha_max": 2.5}
 
@@ -267,4 +268,66 @@ def pt_branches(config: dict, device: str) -> list[dict]:
                     "alpha_off": off, "mu_max": last.mu_max, "theta_over_sigma2": last.theta_over_sigma2,
                     "m": abs(last.m),
                 })  # fmt: skip
+    return rows
+
+
+@experiment(
+    "pt_constrained",
+    book={"points": METASTABLE_POINTS, "n_values": 3, "n_nodes": 8, "sigma": 0.5, "lam": 0.01},
+    paper={"points": METASTABLE_POINTS, "n_values": 11, "n_nodes": 20, "sigma": 0.5, "lam": 0.01},
+    description="training loss with the order parameter held fixed, at the metastable points (chapter 3)",
+)
+def pt_constrained(config: dict, device: str) -> list[dict]:
+    """ε_t and its slope with θ/σ² (semantic) or m (positional) held at ``n_values`` values.
+
+    The values run over [0, 0.5] for θ/σ² and [0, 0.3] for m; one row per (point, value), and one
+    row per point with ``value = "fixed point"`` for the branch's own solution (``solve``).
+    """
+    from attnlab.theory import phase_transition as se
+
+    rows = []
+    for omega, alpha, branch in config["points"]:
+        top = 0.5 if branch == "semantic" else 0.3
+        init = None
+        for value in np.linspace(0.0, top, config["n_values"]):
+            c = se.constrained(
+                alpha,
+                omega,
+                branch,
+                float(value),
+                config["sigma"],
+                config["lam"],
+                n_nodes=config["n_nodes"],
+                init=init,
+            )
+            init = (c.q, c.V)
+            rows.append(
+                {
+                    "omega": omega,
+                    "alpha": alpha,
+                    "branch": branch,
+                    "kind": "constrained",
+                    "value": c.value,
+                    "eps_t": c.eps_t,
+                    "slope": c.slope,
+                    "q": c.q,
+                    "converged": c.converged,
+                }
+            )
+        fp = se.solve(alpha, omega, branch, config["sigma"], config["lam"], n_nodes=config["n_nodes"])
+        value = fp.theta_over_sigma2 if branch == "semantic" else fp.m
+        rows.append(
+            {
+                "omega": omega,
+                "alpha": alpha,
+                "branch": branch,
+                "kind": "fixed point",
+                "value": value,
+                "eps_t": fp.eps_t,
+                "slope": 0.0,
+                "q": fp.q,
+                "converged": fp.converged,
+                "eps_g": fp.eps_g,
+            }
+        )
     return rows

@@ -12,7 +12,8 @@ chapters 03 and 04 use the solver. One concept per module:
 * :mod:`.equations` – the fixed-point map (hats, overlaps, Φ, ε_g) and :class:`FixedPoint`;
 * :mod:`.fixed_point` – the solver (damped iteration + Anderson), both branches;
 * :mod:`.authors` – the authors' own procedure, to reproduce their published numbers;
-* :mod:`.thresholds` – ε_lin, α_c, α_l and the branch curves over α.
+* :mod:`.thresholds` – ε_lin, α_c, α_l and the branch curves over α;
+* :mod:`.constrained` – the training loss with the order parameter held fixed, and its slope.
 
 Public API (all importable from this package)
 ---------------------------------------------
@@ -26,6 +27,10 @@ Public API (all importable from this package)
 ``continue_branch(alphas, omega, branch, ...) -> list[FixedPoint]``
     One branch followed along ``alphas`` by warm-started continuation; where it ends (a spinodal)
     ``mu_max`` rises towards 1 and the solves stop converging.
+``constrained(alpha, omega, branch, value, ...) -> Constrained``
+    The training loss ``eps_t`` of the best student whose order parameter (θ/σ² on the semantic
+    branch, m on the positional one) is held at ``value``, and its ``slope`` in that parameter
+    (zero at a fixed point of the full map).
 ``solve_both(alpha, omega, ...) -> dict``
     ``{"semantic": FixedPoint, "positional": FixedPoint, "global": FixedPoint}``; the global
     minimum is the branch with the lower training loss ``eps_t``.
@@ -59,6 +64,7 @@ Public API (all importable from this package)
 
 from attnlab.theory.phase_transition import cubature
 from attnlab.theory.phase_transition.authors import solve_authors
+from attnlab.theory.phase_transition.constrained import Constrained, constrained
 from attnlab.theory.phase_transition.cubature import product_rule
 from attnlab.theory.phase_transition.equations import BRANCHES, STARTS, FixedPoint
 from attnlab.theory.phase_transition.fixed_point import (
@@ -79,12 +85,14 @@ from attnlab.theory.phase_transition.thresholds import (
 
 __all__ = [
     "BRANCHES",
+    "Constrained",
     "DEFAULT_A",
     "STARTS",
     "FixedPoint",
     "alpha_c",
     "alpha_l",
     "branch_curves",
+    "constrained",
     "continue_branch",
     "verify_eps_lin",
     "cubature",
