@@ -68,3 +68,13 @@ def test_beyond_experiment_rows():
     built = [r for r in res.rows if r["kind"] == "construction"]
     assert {r["bounds"] for r in built} == {"worst", "mp", "tuned"}
     assert all(len(r["gamma"]) == r["n_layers"] - 1 for r in built)
+
+
+def test_gate_lr_experiment_trains_only_the_gated_group_with_faster_gates():
+    small = {"steps": 3, "batch_size": 16, "n_eval": 300, "n_tune": 200, "nodes": 8}
+    res = ex.run("icl_beyond_gate_lr", overrides=small, cache=False)
+    assert {r["kind"] for r in res.rows} == {"model", "baseline", "gate"}
+    coef = np.abs([[r["a"], r["b"], r["c"]] for r in res.rows if r["kind"] == "gate"])
+    # Adam's first steps move every coefficient by about the learning rate: 1e-2, not lr = 1e-3.
+    assert coef.max() > 5 * small["steps"] * res.config["lr"]
+    assert coef.max() < 1.5 * small["steps"] * res.config["gate_lr"]

@@ -11,6 +11,9 @@ prompts shared by every model (common random numbers):
 - ``gdpp``: GD++ at ``gdpp_depths`` on noiseless prompts, against the construction of Thm 5.1
   (:func:`attnlab.models.gdpp_construction`) with three choices of its spectrum bounds.
 
+``gate_lr`` (``None``: the common ``lr``) sets the gates' own learning rate; ``icl_beyond_gate_lr``
+reruns the gated group on per-token noise with gates learning ten times faster.
+
 Rows: ``kind`` ``"model"`` (adjusted loss of every trained model), ``"baseline"`` (Bayes-optimal,
 ConstRR), ``"gate"`` (learned gate coefficients), ``"omega"`` (trained GD++ omegas),
 ``"construction"`` (the Thm 5.1 schedule and its loss).
@@ -56,6 +59,7 @@ _BOOK = {
     "nodes": 16,
     "eval_seed": 77,
     "chunk": 5_000,
+    "gate_lr": None,
 }
 _PAPER = dict(
     _BOOK,
@@ -95,12 +99,13 @@ def _losses(models, X, y, x_query, target):
     return {k: 0.5 * ((p - target) ** 2).mean(-1) for k, p in pred.items()}
 
 
-def _train(models: nn.ModuleDict, noise, config) -> dict:
+def _train(models: nn.ModuleDict, noise, config, param_lr=None) -> dict:
     """Train every model of ``models`` (each ``batch_shape = (S, R)``) side by side; ``{name: diverged}``."""
     hist = train(
         models, _losses, _sampler(noise, range(config["n_seeds"]), config["d"], config["n"]),
-        optimizer="adam", lr=config["lr"], steps=config["steps"], batch_size=config["batch_size"],
-        betas=tuple(config["betas"]), record_every=config["steps"], record="mean",
+        optimizer="adam", lr=config["lr"], param_lr=param_lr, steps=config["steps"],
+        batch_size=config["batch_size"], betas=tuple(config["betas"]), record_every=config["steps"],
+        record="mean",
     )  # fmt: skip
     return hist.diverged
 
@@ -234,6 +239,89 @@ def _construction_rows(config) -> list[dict]:
     return rows
 
 
+def _gated_rows(config) -> list[dict]:
+    """Gated keys against DIAG: same depth, same initial omegas, same data; the learned gates."""
+    d, R = config["d"], config["n_seeds"]
+    noise = list(config["gated_noise"])
+    L, S = config["gated_depth"], len(noise)
+    models = nn.ModuleDict(
+        {
+            f"gla_{L}": _batched(GatedLinearTransformer, d, L, S, R),
+            f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag"),
+        }
+    )
+    gate_lr = None if config["gate_lr"] is None else {f"gla_{L}.gate": config["gate_lr"]}
+    diverged = _train(models, noise, config, gate_lr)
+    data = _eval_data(noise, config)
+    osq = _oracle_sq(noise, data)
+    rows = []
+    for k, m in models.items():
+        rows += _model_rows("gated", k, m, noise, diverged[k], data, osq, config)
+    rows += _baseline_rows(noise, data, osq, config)
+    gate = models[f"gla_{L}"].gate.detach()  # [S, R, L, 3]
+    for si, spec in enumerate(noise):
+        for r in range(R):
+            for layer in range(L):
+                a, b, c = gate[si, r, layer].tolist()
+                rows.append(
+                    {"kind": "gate", "noise": spec, "seed": r, "layer": layer + 1, "a": a, "b": b, "c": c}
+                )
+    return rows
+
+
+def _depth_rows(config) -> list[dict]:
+    """DIAG against depth on uniform priors, with the Bayes-optimal floor."""
+    d, R = config["d"], config["n_seeds"]
+    noise = list(config["depth_noise"])
+    S = len(noise)
+    models = nn.ModuleDict(
+        {f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag") for L in config["depth_depths"]}
+    )
+    diverged = _train(models, noise, config)
+    data = _eval_data(noise, config)
+    osq = _oracle_sq(noise, data)
+    rows = []
+    for k, m in models.items():
+        rows += _model_rows("depth", k, m, noise, diverged[k], data, osq, config)
+    return rows + _baseline_rows(noise, data, osq, config)
+
+
+def _gdpp_rows(config) -> list[dict]:
+    """GD++ on noiseless prompts, its trained omegas, and the Thm 5.1 construction."""
+    d, R = config["d"], config["n_seeds"]
+    noise = ["fixed:0"]
+    models = nn.ModuleDict(
+        {f"gdpp_{L}": _batched(LinearTransformer, d, L, 1, R, param="gdpp") for L in config["gdpp_depths"]}
+    )
+    diverged = _train(models, noise, config)
+    data = _eval_data(noise, config)
+    osq = _oracle_sq(noise, data)
+    rows = []
+    for k, m in models.items():
+        rows += _model_rows("gdpp", k, m, noise, diverged[k], data, osq, config)
+        om = m.omegas().detach()[0]  # [R, L, 4]
+        for r in range(R):
+            for layer in range(m.n_layers):
+                rows.append(
+                    {"kind": "omega", "n_layers": m.n_layers, "seed": r, "layer": layer + 1,
+                     "omega_xx": float(om[r, layer, 0]), "omega_yx": float(om[r, layer, 2])}
+                )  # fmt: skip
+    return rows + _construction_rows(config)
+
+
+def _rows(config: dict, device: str) -> list[dict]:
+    """The groups whose settings are not empty: gated (``gated_noise``), depth, GD++."""
+    rows = []
+    with num_threads_scope(1):
+        if config["gated_noise"]:
+            rows += _gated_rows(config)
+        if config["depth_depths"]:
+            rows += _depth_rows(config)
+        if config["gdpp_depths"]:
+            rows += _gdpp_rows(config)
+    return rows
+
+
 @experiment(
     "icl_beyond",
     book=_BOOK,
@@ -241,66 +329,26 @@ def _construction_rows(config) -> list[dict]:
     description="Beyond paper C: gated keys vs DIAG, the Bayes floor by depth, trained GD++ vs Thm 5.1",
 )
 def icl_beyond(config: dict, device: str) -> list[dict]:
-    d, R = config["d"], config["n_seeds"]
-    rows = []
-    with num_threads_scope(1):
-        # Gated keys against DIAG: same depth, same initial omegas, same data.
-        noise = list(config["gated_noise"])
-        L, S = config["gated_depth"], len(noise)
-        models = nn.ModuleDict(
-            {
-                f"gla_{L}": _batched(GatedLinearTransformer, d, L, S, R),
-                f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag"),
-            }
-        )
-        diverged = _train(models, noise, config)
-        data = _eval_data(noise, config)
-        osq = _oracle_sq(noise, data)
-        for k, m in models.items():
-            rows += _model_rows("gated", k, m, noise, diverged[k], data, osq, config)
-        rows += _baseline_rows(noise, data, osq, config)
-        gate = models[f"gla_{L}"].gate.detach()  # [S, R, L, 3]
-        for si, spec in enumerate(noise):
-            for r in range(R):
-                for layer in range(L):
-                    a, b, c = gate[si, r, layer].tolist()
-                    rows.append(
-                        {"kind": "gate", "noise": spec, "seed": r, "layer": layer + 1, "a": a, "b": b, "c": c}
-                    )
-        # DIAG against depth: the Bayes floor.
-        noise = list(config["depth_noise"])
-        S = len(noise)
-        models = nn.ModuleDict(
-            {
-                f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag")
-                for L in config["depth_depths"]
-            }
-        )
-        diverged = _train(models, noise, config)
-        data = _eval_data(noise, config)
-        osq = _oracle_sq(noise, data)
-        for k, m in models.items():
-            rows += _model_rows("depth", k, m, noise, diverged[k], data, osq, config)
-        rows += _baseline_rows(noise, data, osq, config)
-        # GD++ on noiseless prompts against the Thm 5.1 construction.
-        noise = ["fixed:0"]
-        models = nn.ModuleDict(
-            {
-                f"gdpp_{L}": _batched(LinearTransformer, d, L, 1, R, param="gdpp")
-                for L in config["gdpp_depths"]
-            }
-        )
-        diverged = _train(models, noise, config)
-        data = _eval_data(noise, config)
-        osq = _oracle_sq(noise, data)
-        for k, m in models.items():
-            rows += _model_rows("gdpp", k, m, noise, diverged[k], data, osq, config)
-            om = m.omegas().detach()[0]  # [R, L, 4]
-            for r in range(R):
-                for layer in range(m.n_layers):
-                    rows.append(
-                        {"kind": "omega", "n_layers": m.n_layers, "seed": r, "layer": layer + 1,
-                         "omega_xx": float(om[r, layer, 0]), "omega_yx": float(om[r, layer, 2])}
-                    )  # fmt: skip
-        rows += _construction_rows(config)
-    return rows
+    return _rows(config, device)
+
+
+@experiment(
+    "icl_beyond_gate_lr",
+    book={
+        **_BOOK,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "gate_lr": 1e-2,
+        "depth_depths": [],
+        "gdpp_depths": [],
+    },
+    paper={
+        **_PAPER,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "gate_lr": 1e-2,
+        "depth_depths": [],
+        "gdpp_depths": [],
+    },
+    description="icl_beyond's gated models on per-token noise with a 10x learning rate for the gates",
+)
+def icl_beyond_gate_lr(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
