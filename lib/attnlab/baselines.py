@@ -224,9 +224,22 @@ def ridge(X, y, x_query, lam):
 
 
 def oracle_ridge(X, y, x_query, sigma):
-    """Ridge with the true noise variance ``σ²`` of each sequence (``sigma`` is a std, [B])."""
+    """Ridge with the true noise variance ``σ²`` of each sequence (``sigma`` is a std, [B]).
+
+    ``sigma [B, n]``, one std per context token (heteroscedastic prompts, chapter 06), gives the
+    weighted ridge ``x_tᵀ(XᵀWX + I)⁻¹XᵀWy`` with ``W = diag(σ_j⁻²)`` (every ``σ_j > 0``): the
+    posterior mean of ``w ~ N(0, I)`` when the levels are known.
+    """
     Xt, yt, qt, like = _problem(X, y, x_query)
-    s = _per_sequence("sigma", sigma, Xt.shape[0])
+    B, n = yt.shape
+    if isinstance(sigma, (np.ndarray, torch.Tensor)) and sigma.ndim == 2:
+        check_shape("sigma", sigma, (B, n))
+        s = _as_torch("sigma", sigma)
+        check_finite("sigma", s)
+        if bool((s <= 0).any()):
+            raise ValueError("sigma must be > 0 for every token when it is given per token [B, n]")
+        return _out(_ridge_t(Xt / s[..., None], yt / s, qt, torch.ones(B, dtype=torch.float64)), like)
+    s = _per_sequence("sigma", sigma, B)
     return _out(_ridge_t(Xt, yt, qt, s**2), like)
 
 

@@ -11,11 +11,13 @@ library is defined here (and nowhere else):
   purely positional linear baseline, and the one-layer histogram transformer.
 - :mod:`attnlab.models.linear_transformer` — Part III (paper C): multi-layer linear transformers
   for in-context regression (one model or a batch), their parameterisations, and the decayed-key
-  variant (:mod:`attnlab.models.decayed_linear_transformer`); :mod:`attnlab.models.gd_constructions`
+  variant (:mod:`attnlab.models.decayed_linear_transformer`), the gated-key variant
+  (:mod:`attnlab.models.gated_linear_transformer`); :mod:`attnlab.models.gd_constructions`
   — the hand-set GD / GD++ weights.
 """
 
 from attnlab.models.decayed_linear_transformer import DecayedLinearTransformer
+from attnlab.models.gated_linear_transformer import GATE_FEATURES, GatedLinearTransformer
 from attnlab.models.gd_constructions import gd_construction, gdpp_construction, gdpp_schedule, one_step_gd
 from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.models.linear_transformer import (
@@ -40,7 +42,9 @@ __all__ = [
     "LT_DIAG_MODES",
     "LT_PARAMS",
     "PARAMETERISATIONS",
+    "GATE_FEATURES",
     "DecayedLinearTransformer",
+    "GatedLinearTransformer",
     "HistogramTransformer",
     "LinearSelfAttention",
     "LinearTransformer",

@@ -8,8 +8,10 @@ and a query ``x_query ~ N(0, I_d)`` whose *noiseless* target ``<w, x_query>`` is
 The noise standard deviation ``sigma`` is drawn once per sequence, as a :class:`Noise` says:
 ``"fixed:s"`` (``s = 0`` is noiseless regression), ``"uniform:m"`` (``sigma ~ U(0, m)``, the
 paper's main setting, ``m = 0..7``) or ``"categorical:1,3,5"`` (equal probabilities unless given;
-paper: {1, 3}, {1, 3, 5}). Every sampler of this task in the library is :func:`sample_regression`
-(and :func:`sample_conditioned_regression` for chapter 03's controlled spectra).
+paper: {1, 3}, {1, 3, 5}). Beyond the paper, ``"token:0.5,5@0.8,0.2"`` draws a level for every
+context token on its own (heteroscedastic prompts, chapter 06). Every sampler of this task in the
+library is :func:`sample_regression` (and :func:`sample_conditioned_regression` for chapter 03's
+controlled spectra).
 
 The transformer reads the sequence as a token matrix (:func:`build_tokens`) whose **columns** are
 the tokens ``e_i = (x_i, y_i)`` and the query ``e_{n+1} = (x_query, 0)``:
@@ -75,7 +77,9 @@ class Noise:
 
     ``kind`` is ``"fixed"`` (``values = (sigma,)``), ``"uniform"`` (``values = (sigma_max,)``,
     ``sigma ~ U(0, sigma_max)``) or ``"categorical"`` (``values`` the levels, drawn with
-    ``probs``; ``None`` means equal probabilities). The string form, accepted wherever a noise is
+    ``probs``; ``None`` means equal probabilities): one ``sigma`` per sequence. ``"token"`` draws
+    the levels as ``"categorical"`` does, but one per context token (:attr:`per_token`): within a
+    prompt the noise is heteroscedastic. The string form, accepted wherever a noise is
     (:meth:`parse`), is ``"fixed:0.5"``, ``"uniform:3"``, ``"categorical:1,3,5"`` or, with
     probabilities, ``"categorical:1,3@0.25,0.75"``; ``str(noise)`` gives it back.
     """
@@ -89,15 +93,20 @@ class Noise:
         values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.values, dtype=float)))
         if not values or any(not math.isfinite(v) or v < 0 for v in values):
             raise ValueError(f"noise values must be finite and >= 0, got {self.values!r}")
-        if self.kind != "categorical" and len(values) != 1:
+        if self.kind not in ("categorical", "token") and len(values) != 1:
             raise ValueError(f"noise {self.kind!r} takes exactly one value, got {self.values!r}")
         probs = self.probs
         if probs is not None:
-            if self.kind != "categorical":
-                raise ValueError("noise probs are only used with kind 'categorical'")
+            if self.kind not in ("categorical", "token"):
+                raise ValueError("noise probs are only used with kinds 'categorical' and 'token'")
             probs = tuple(check_probabilities("probs", probs, size=len(values)).tolist())
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "probs", probs)
+
+    @property
+    def per_token(self) -> bool:
+        """Whether every context token has its own ``sigma`` (kind ``"token"``)."""
+        return self.kind == "token"
 
     @classmethod
     def parse(cls, spec: Noise | str) -> Noise:
@@ -153,7 +162,7 @@ class Noise:
         return torch.as_tensor(self.values, dtype=u.dtype, device=u.device)[idx]
 
 
-NOISE_KINDS = ("fixed", "uniform", "categorical")
+NOISE_KINDS = ("fixed", "uniform", "categorical", "token")
 NOISELESS = Noise("fixed", (0.0,))
 
 
@@ -180,7 +189,8 @@ def sample_regression(
     or a ``torch.Generator`` (sampling happens on the generator's device, then moves to
     ``device``); it draws ``X``, ``w``, ``x_query``, the standard noise, then ``sigma``. Returns a
     :class:`RegressionBatch` ``(X [.., B, n, d], y [.., B, n], x_query [.., B, d], target [.., B],
-    sigma [.., B], w [.., B, d])``.
+    sigma [.., B], w [.., B, d])``; ``sigma`` is ``[.., B, n]`` (one per context token) when a
+    noise is per-token (:attr:`Noise.per_token`; the others' ``sigma`` then repeats along ``n``).
     """
     batch_size = check_int("batch_size", batch_size, minimum=1)
     d = check_int("d", d, minimum=1)
@@ -195,10 +205,15 @@ def sample_regression(
     x_query = torch.randn((*lead, d), generator=gen, dtype=dtype, device=gdev)
     xi = torch.randn((*lead, n), generator=gen, dtype=dtype, device=gdev)
     if settings is None:
-        sigma = Noise.parse(noise).draw(lead, gen, dtype)
+        spec = Noise.parse(noise)
+        sigma = spec.draw((*lead, n) if spec.per_token else lead, gen, dtype)
+    elif any(s.per_token for s in settings):
+        draws = [s.draw((batch_size, n) if s.per_token else (batch_size,), gen, dtype) for s in settings]
+        sigma = torch.stack([s if s.ndim == 2 else s[:, None].expand(batch_size, n) for s in draws])
     else:
         sigma = torch.stack([s.draw((batch_size,), gen, dtype) for s in settings])
-    y = (X @ w[..., None])[..., 0] + sigma[..., None] * xi
+    per_token = sigma.ndim > len(lead)  # [.., B, n]: one sigma per context token
+    y = (X @ w[..., None])[..., 0] + (sigma if per_token else sigma[..., None]) * xi
     target = (x_query * w).sum(-1)
     return RegressionBatch(*(t.to(device) for t in (X, y, x_query, target, sigma, w)))
 

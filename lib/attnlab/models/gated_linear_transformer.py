@@ -1,0 +1,80 @@
+"""Part III variant beyond the paper: DIAG layers with data-dependent gates on the keys (chapter 06).
+
+Gated linear attention (GLA, Mamba-like selective state spaces) lets every token decide how much
+it adds to the layer's key-value sum. Here the gate of context token ``j`` in layer ``l`` is a
+function of that token as it enters the layer, so a later layer can read the residual that an
+earlier layer wrote into ``y_j`` and down-weight a token that does not fit (experiment
+``icl_beyond``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from attnlab.models.linear_transformer import LinearTransformer
+from attnlab.validation import check_shape
+
+#: The features of a token that its gate reads, in the order of the gate's coefficients.
+GATE_FEATURES = ("1", "y_j^2", "|x_j|^2 / d")
+
+
+class GatedLinearTransformer(LinearTransformer):
+    """DIAG layers whose context tokens are gated by data-dependent gates (chapter 06).
+
+    Layer ``l`` uses ``S = sum_j g_{l,j} z_j z_j^T`` (``z_j = (x_j, y_j)``, the context token as it
+    enters the layer) in place of DIAG's ``Z M Z^T``, with
+
+        g_{l,j} = 2 sigmoid(a_l + b_l y_j^2 + c_l |x_j|^2 / d)  in (0, 2),
+
+    ``gate [*models, n_layers, 3] = (a_l, b_l, c_l)``, zero at initialisation: a gate of exactly 1,
+    so that zero gate coefficients are DIAG exactly (a constant gate is absorbed by the omegas, so
+    the range ``(0, 2)`` is no restriction against ``(0, 1)``). ``learn_gate [*models]`` (bool,
+    default all True) says which models learn their gates; the others keep them fixed (no
+    gradient): DIAG trained side by side with the same data, initialisation and optimiser. The
+    token form is the only form: the gates depend on every token, so the forward pass has no
+    Gram form.
+    """
+
+    def __init__(
+        self, d, n_layers, n_heads=1, *, learn_gate: Sequence[bool] | bool = True, batch_shape=(), **kwargs
+    ):
+        super().__init__(d, n_layers, n_heads, "diag", batch_shape=batch_shape, **kwargs)
+        dtype, device = self.omega_mask.dtype, self.omega_mask.device
+        self.gate = nn.Parameter(torch.zeros(*self.batch_shape, n_layers, len(GATE_FEATURES), dtype=dtype))
+        learn = torch.as_tensor(learn_gate, dtype=torch.bool, device=device)
+        if learn.ndim == 0:
+            learn = learn.expand(self.batch_shape)
+        check_shape("learn_gate", learn, self.batch_shape)
+        self.register_buffer("learn_gate", learn.clone())
+
+    def gates(self, ctx: torch.Tensor, layer: int) -> torch.Tensor:
+        """``[*models, B, n]``: the gate of every context token ``ctx [.., B, d+1, n]`` in ``layer``."""
+        coef = torch.where(
+            self.learn_gate[..., None], self.gate[..., layer, :], self.gate[..., layer, :].detach()
+        )
+        a, b, c = (coef[..., k, None, None] for k in range(3))  # [*models, 1, 1]
+        y2 = ctx[..., self.d, :] ** 2  # [.., B, n]
+        x2 = (ctx[..., : self.d, :] ** 2).sum(-2) / self.d
+        return 2 * torch.sigmoid(a + b * y2 + c * x2)
+
+    def _context_gram(self, ctx, layer):
+        return (ctx * self.gates(ctx, layer)[..., None, :]) @ ctx.transpose(-1, -2)
+
+    def gram_forward(self, G, e_t, *, return_layers=False):
+        raise ValueError("gated keys have no Gram form; use predict or predict_fast (token form)")
+
+    @property
+    def fast_form(self) -> str:
+        return "token"
+
+    def predict_fast(self, X, y, x_query, *, return_layers: bool = False) -> torch.Tensor:
+        """The prediction in the token form (the only form of gated keys), as :meth:`predict`."""
+        if return_layers:
+            return self.predictions_by_layer(X, y, x_query)
+        return self.predict(X, y, x_query)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ", gated keys"
