@@ -142,40 +142,29 @@ def _sampler(noise, seeds, data_seed, d, n, device, dtype):
 
 
 class WarmupConstant:
-    """Learning-rate factor of ``lr_schedule="warmup:W"`` or ``"warmup:W,decay:D"``.
+    """Learning-rate factor of ``lr_schedule="warmup:W"``: linear warm-up over ``W`` updates, then 1.
 
-    A linear warm-up over the first ``W`` updates, then 1, and with ``decay`` a linear decay to
-    zero over the last ``D`` updates (the recipe of the deep models of chapter 05, issue 13: a
-    constant rate trains deep models where a cosine decay stops them early, the warm-up keeps
-    deep models from diverging in their first steps, and the final decay settles the weights
-    after the spikes of a constant rate). Called as ``factor(step, steps)`` by
-    :func:`attnlab.train.train`.
+    The recipe of the deep models of chapter 05 (issue 13): a constant rate trains deep models
+    to the paper's loss where a cosine decay stops them early, and the warm-up keeps 7-layer
+    models at high noise from diverging in their first steps. Called as ``factor(step, steps)``
+    by :func:`attnlab.train.train`.
     """
 
-    def __init__(self, warmup: int, decay: int = 0):
+    def __init__(self, warmup: int):
         self.warmup = check_int("warmup", warmup, minimum=1)
-        self.decay = check_int("decay", decay, minimum=0)
 
     def __call__(self, step: int, steps: int) -> float:
-        factor = min(1.0, (step + 1) / self.warmup)
-        if self.decay:
-            factor *= min(1.0, (steps - step) / self.decay)
-        return factor
+        return min(1.0, (step + 1) / self.warmup)
 
 
 def _schedule(lr_schedule: str):
-    """A name of :data:`attnlab.train.LR_SCHEDULES` as it is, or ``"warmup:W[,decay:D]"`` as
-    :class:`WarmupConstant`."""
+    """A name of :data:`attnlab.train.LR_SCHEDULES` as it is, or ``"warmup:W"`` as :class:`WarmupConstant`."""
     if isinstance(lr_schedule, str) and lr_schedule.startswith("warmup:"):
-        parts = dict(part.partition(":")[::2] for part in lr_schedule.split(","))
-        counts = {k: v for k, v in parts.items() if k in ("warmup", "decay") and v.isdigit()}
-        if len(counts) != len(parts) or int(parts["warmup"]) < 1:
-            raise ValueError(
-                f"lr_schedule must be 'warmup:W' or 'warmup:W,decay:D' with integers W >= 1, D >= 0, "
-                f"got {lr_schedule!r}"
-            )
-        return WarmupConstant(int(counts["warmup"]), int(counts.get("decay", 0)))
-    return check_choice("lr_schedule", lr_schedule, LR_SCHEDULES + ("warmup:W[,decay:D]",))
+        count = lr_schedule.partition(":")[2]
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"lr_schedule must be 'warmup:W' with an integer W >= 1, got {lr_schedule!r}")
+        return WarmupConstant(int(count))
+    return check_choice("lr_schedule", lr_schedule, LR_SCHEDULES + ("warmup:W",))
 
 
 def train_icl(
@@ -207,9 +196,8 @@ def train_icl(
     ``seeds`` initialisation seeds (one model per seed; the data of seed ``r`` come from its own
     stream). ``lr`` is one learning rate or a dict ``{param: lr}``; ``lr_schedule`` as in
     :func:`attnlab.train.train`, or ``"warmup:W"``: a linear warm-up over ``W`` updates, then
-    constant, with ``",decay:D"`` a linear decay to zero over the last ``D``
-    (:class:`WarmupConstant`). Losses are ½·MSE per model, recorded every ``record_every`` steps
-    (the mean over those steps). A model whose loss becomes non-finite is marked
+    constant (:class:`WarmupConstant`). Losses are ½·MSE per model, recorded every ``record_every``
+    steps (the mean over those steps). A model whose loss becomes non-finite is marked
     ``diverged`` and its gradient zeroed (the others are unaffected: the models share no
     parameters). ``num_threads`` limits torch's CPU threads during the run (restored
     afterwards): the many tiny batched matrix products run faster on one thread, and far faster

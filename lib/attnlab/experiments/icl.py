@@ -226,20 +226,13 @@ def _train(config: dict, device: str) -> it.TrainedICL:
     if not isinstance(depths, dict):  # one batched call for every parameterization
         return it.train_icl(config["params"], depths, config["noise"], seeds, lr=lr, **kw)
     merged = None
-    for param in config["params"]:  # one batched call per parameterization, or per depth
+    for param in config["params"]:  # one batched call per parameterization
         lr_p = lr[param] if isinstance(lr, dict) else lr
-        # lr {param: {str(depth): lr}} (JSON keys): one call per depth
-        calls = (
-            [([L], lr_p[str(L)]) for L in depths[param]]
-            if isinstance(lr_p, dict)
-            else [(depths[param], lr_p)]
-        )
-        for ds, lr_d in calls:
-            res = it.train_icl([param], ds, config["noise"], seeds, lr=lr_d, **kw)
-            if merged is None:
-                merged = res
-            else:
-                merged.groups.update(res.groups)
+        res = it.train_icl([param], depths[param], config["noise"], seeds, lr=lr_p, **kw)
+        if merged is None:
+            merged = res
+        else:
+            merged.groups.update(res.groups)
     return merged
 
 
@@ -364,14 +357,14 @@ def _rows(config: dict, device: str) -> list[dict]:
     },
     paper={
         **_PAPER,
-        "params": ["diag"],
-        "depths": {"diag": [4, 7]},
-        "noise": ["uniform:1", "uniform:3", "uniform:5", "uniform:7"],
+        "params": ["diag", "full"],
+        "depths": {"diag": [4, 7], "full": [4]},
+        "noise": ["uniform:0", "uniform:1", "uniform:3", "uniform:5", "uniform:7"],
         "n_seeds": 3,
         "steps": 3000,
         "batch_size": 512,
-        "lr": {"diag": {"4": 1e-3, "7": 5e-4}},
-        "lr_schedule": "warmup:800,decay:1000",
+        "lr": 1e-3,
+        "lr_schedule": "warmup:800",
         "record_every": 100,
         "profile_noise": ["uniform:7"],
         "keep_weights": True,
