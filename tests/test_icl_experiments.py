@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
 
 from attnlab import experiments as ex
-from attnlab.experiments.icl import merge_parts
+from attnlab.experiments.icl import merge_parts, trained_model
+from attnlab.tasks.icl_regression import sample_regression
 
 
 def test_baselines_experiment_rows_are_ordered_as_expected():
@@ -50,3 +52,18 @@ def test_decay_experiment_keeps_fixed_decays():
     fixed = [r for r in res.rows if r["variant"] == "fixed:0.8"]
     assert all(r["gamma_1"] == pytest.approx(0.8, abs=1e-6) for r in fixed)
     assert all(r["gamma_1"] == pytest.approx(1.0) for r in res.rows if r["variant"] == "none")
+
+
+def test_trained_model_round_trips_through_a_result_file(tmp_path):
+    """A model rebuilt from a written result predicts as the model rebuilt from the run's rows."""
+    small = {"depths": {"gdpp": [1], "diag": [2], "full": [1]}, "steps": 2, "batch_size": 8, "n_eval": 100}
+    res = ex.run("icl_trained_models", overrides=small, cache=False)
+    ex.write_result(res, tmp_path)
+    loaded = ex.load_result("icl_trained_models", "book", directory=tmp_path)
+    b = sample_regression(5, 10, 20, noise="uniform:5", generator=0, dtype="float64")
+    for param, L in (("diag", 2), ("full", 1)):
+        ran, read = (trained_model(r, param, L, "uniform:5") for r in (res, loaded))
+        pred = read.predict(b.X, b.y, b.x_query)
+        assert torch.equal(ran.predict(b.X, b.y, b.x_query), pred) and pred.abs().max() > 0
+    with pytest.raises(ValueError, match="seed"):
+        trained_model(loaded, "diag", 2, "uniform:5", seed=7)

@@ -46,6 +46,17 @@ def test_training_reduces_the_loss_of_one_layer_model():
     assert list(res.steps) == [50, 100, 150]
 
 
+def test_warmup_schedule_ramps_then_stays_constant():
+    """``"warmup:W"``: factors 1/W, 2/W, ..., 1, then 1; ``"warmup:1"`` trains as the constant schedule."""
+    f = it.WarmupConstant(4)
+    assert [f(s, 10) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    kw = dict(noise=["uniform:1"], seeds=[0], steps=3, batch_size=16, lr=1e-2)
+    const = it.train_icl(["diag"], [2], lr_schedule="constant", **kw).group("diag", 2).weights
+    warm1 = it.train_icl(["diag"], [2], lr_schedule="warmup:1", **kw).group("diag", 2).weights
+    warm3 = it.train_icl(["diag"], [2], lr_schedule="warmup:3", **kw).group("diag", 2).weights
+    assert torch.equal(const, warm1) and not torch.equal(const, warm3)
+
+
 def test_divergent_model_is_frozen_and_flagged():
     res = it.train_icl(
         ["full"], [3], ["uniform:0", "uniform:5"], [0], steps=3, batch_size=16, lr=1e-3, init_scale=3.0
@@ -112,6 +123,8 @@ def test_decayed_model_sees_a_fixed_decay_as_fixed():
         ({"lr": {"full": 1e-3}}, "lr"),
         ({"betas": (0.9,)}, "betas"),
         ({"lr_schedule": "step"}, "lr_schedule"),
+        ({"lr_schedule": "warmup:0"}, "lr_schedule"),
+        ({"lr_schedule": "warmup:x"}, "lr_schedule"),
         ({"num_threads": 0}, "num_threads"),
         ({"diag_mode": "free"}, "diag_mode"),
     ],

@@ -281,6 +281,17 @@ def test_gdpp_schedule_values():
     assert sched["eps"] == pytest.approx((16 / 81 - mu2) / (16 / 81 + mu2), rel=1e-14)
 
 
+def test_gdpp_step_is_one_third_of_the_inverse_top_eigenvalue():
+    """The step gamma of Thm 5.1 pinned by value at nu = 5/2 (gamma nu = 1/3, not 1/2): gamma_0 = 2/15,
+    nu_1 = 4 nu / 9 = 10/9, gamma_1 = 3/10; the construction writes omega_xx = -gamma_l."""
+    sched = gdpp_schedule(3, 0.25, 2.5)
+    assert sched["gamma"] == pytest.approx([2 / 15, 3 / 10], rel=1e-15)
+    assert sched["nu"][1] == pytest.approx(10 / 9, rel=1e-15)
+    om = gdpp_construction(D, 3, 0.25, 2.5).omegas()
+    assert om[:2, 0].tolist() == pytest.approx([-2 / 15, -3 / 10], rel=1e-15)
+    assert om[2, 2].item() == pytest.approx(-sched["eta"], rel=1e-15)
+
+
 def _gradients(model, G, e_t, ybar, data_grad):
     """Weight gradients of ``<ybar, readouts>`` through the hand-written backward (``data_grad=False``)
     or through autograd over the same Gram form (``data_grad=True``: ``G`` requires a gradient)."""

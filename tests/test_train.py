@@ -200,6 +200,24 @@ def test_per_model_losses_train_each_model_as_if_alone(optimizer):
     assert np.all(hist.loss[-1] < 0.5 * hist.loss[0])  # every model trained
 
 
+def test_callable_lr_schedule_scales_each_update():
+    """A callable schedule multiplies the rate of each update: a factor 1 is the constant schedule, a
+    factor 0 for the first two updates leaves the weights where they start, then training resumes."""
+    X, y, _ = _regression()
+    w0 = torch.randn(3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    kw = dict(optimizer="adam", lr=0.05, steps=4, batch_size=16, dtype="float64", seed=2)
+    const, ones = _Batched(w0), _Batched(w0)
+    train(const, _per_model_mse, (X, y), lr_schedule="constant", **kw)
+    train(ones, _per_model_mse, (X, y), lr_schedule=lambda step, steps: 1.0, **kw)
+    assert torch.equal(const.w, ones.w) and not torch.equal(const.w, w0)
+    frozen = _Batched(w0)
+    train(frozen, _per_model_mse, (X, y), lr_schedule=lambda step, steps: 0.0, **kw)
+    assert torch.equal(frozen.w, w0)
+    seen = []
+    train(_Batched(w0), _per_model_mse, (X, y), lr_schedule=lambda s, n: seen.append((s, n)) or 1.0, **kw)
+    assert seen == [(0, 4), (1, 4), (2, 4), (3, 4)]
+
+
 def test_diverged_model_is_reported_and_the_others_train_on():
     X, y, _ = _regression()
     w0 = torch.zeros(2, 3, dtype=torch.float64)

@@ -15,6 +15,7 @@ quantity (overlaps, weights, ...) computed by user callbacks. The progress bar i
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -155,7 +156,7 @@ def train(
     batch_size: int | None = None,
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.999),
-    lr_schedule: str = "constant",
+    lr_schedule: str | Callable[[int, int], float] = "constant",
     param_lr: Mapping[str, float] | None = None,
     seed: int | torch.Generator = 0,
     device: str | torch.device = "cpu",
@@ -195,7 +196,8 @@ def train(
         ``"adamw"`` it is decoupled (``torch.optim.AdamW``).
     lr_schedule:
         ``"constant"`` or ``"cosine"`` (:func:`lr_factor`: linear warm-up over the first 10% of
-        the steps, then a cosine decay to zero).
+        the steps, then a cosine decay to zero), or a callable ``factor(step, steps)`` giving the
+        multiplier of the learning rate at update ``step`` (0-based).
     param_lr:
         ``{parameter name: learning rate}`` for parameters (names of ``model.named_parameters()``)
         that do not use ``lr``.
@@ -222,7 +224,10 @@ def train(
     lr = check_real("lr", lr, minimum=0.0, strict_minimum=True)
     steps = check_int("steps", steps, minimum=0)
     weight_decay = check_real("weight_decay", weight_decay, minimum=0.0)
-    lr_schedule = check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
+    if callable(lr_schedule):
+        factor_of = lr_schedule
+    else:
+        factor_of = functools.partial(lr_factor, check_choice("lr_schedule", lr_schedule, LR_SCHEDULES))
     record_every = check_int("record_every", record_every, minimum=1)
     record = check_choice("record", record, ("last", "mean"))
     device = resolve_device(device)
@@ -291,7 +296,7 @@ def train(
                 sum(torch.where(alive[k], v, torch.zeros_like(v)).sum() for k, v in parts.items()).backward()
                 for k in parts:
                     _mask_diverged(model.get_submodule(k), alive[k])
-            opt.step(lr_factor(lr_schedule, step, steps))
+            opt.step(factor_of(step, steps))
             bar.update(1)
             if record == "mean":
                 window = kept if window is None else {k: window[k] + kept[k] for k in kept}

@@ -20,13 +20,15 @@ come from (see chapter 04; it was run as three ``--set part=k/3`` processes merg
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment
-from attnlab.models import DecayedLinearTransformer
+from attnlab.models import DecayedLinearTransformer, LinearTransformer
 from attnlab.tasks.icl_regression import MixedNoiseRegression, Noise
 from attnlab.train import train
 
@@ -355,22 +357,41 @@ def _rows(config: dict, device: str) -> list[dict]:
     },
     paper={
         **_PAPER,
-        "params": ["gdpp", "diag", "full"],
-        "depths": {"gdpp": [4], "diag": [2, 4], "full": [2]},
-        "noise": ["uniform:5"],
-        "n_seeds": 5,
-        "steps": 200_000,
-        "batch_size": 2048,
-        "lr": 1e-4,
-        "lr_schedule": "constant",
-        "record_every": 1000,
-        "profile_noise": [],
+        "params": ["diag", "full"],
+        "depths": {"diag": [4, 7], "full": [4]},
+        "noise": ["uniform:0", "uniform:1", "uniform:3", "uniform:5", "uniform:7"],
+        "n_seeds": 3,
+        "steps": 3000,
+        "batch_size": 512,
+        "lr": 1e-3,
+        "lr_schedule": "warmup:800",
+        "record_every": 100,
+        "profile_noise": ["uniform:7"],
         "keep_weights": True,
     },
-    description="GD++, DIAG and FULL models on sigma_max = 5 with their weights (chapter 05)",
+    description="Book: GD++, DIAG, FULL on sigma_max = 5; paper: deep DIAG and FULL trained to the paper's "
+    "loss on a CPU, with their weights (chapter 05)",
 )
 def icl_trained_models(config: dict, device: str) -> list[dict]:
     return _rows(config, device)
+
+
+def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) -> LinearTransformer:
+    """The trained model ``(param, n_layers, noise, seed)`` of a result with weights, frozen, in float64.
+
+    ``result`` is a :class:`~attnlab.experiments.Result` of ``icl_trained_models`` (or of
+    ``icl_mixed_noise`` with ``keep_weights``), from a run (weights as lists) or from a result
+    file (weights as their JSON text).
+    """
+    found = result.column("weights", kind="weights", param=param, n_layers=n_layers, noise=noise, seed=seed)
+    if len(found) != 1:
+        raise ValueError(
+            f"param/n_layers/noise/seed ({param!r}, {n_layers}, {noise!r}, {seed}) must name one "
+            f"trained model of the result, found {len(found)}"
+        )
+    weights = json.loads(found[0]) if isinstance(found[0], str) else found[0]
+    model = LinearTransformer.from_packed(np.asarray(weights, dtype=np.float64), result.config["d"], param)
+    return model.requires_grad_(False)
 
 
 @experiment(
