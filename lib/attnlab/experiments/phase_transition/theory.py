@@ -273,15 +273,31 @@ def pt_branches(config: dict, device: str) -> list[dict]:
 
 @experiment(
     "pt_constrained",
-    book={"points": METASTABLE_POINTS, "n_values": 3, "n_nodes": 8, "sigma": 0.5, "lam": 0.01},
-    paper={"points": METASTABLE_POINTS, "n_values": 11, "n_nodes": 20, "sigma": 0.5, "lam": 0.01},
+    book={
+        "points": METASTABLE_POINTS,
+        "n_values": 3,
+        "n_nodes": 8,
+        "check_nodes": [6],
+        "sigma": 0.5,
+        "lam": 0.01,
+    },
+    paper={
+        "points": METASTABLE_POINTS,
+        "n_values": 11,
+        "n_nodes": 20,
+        "check_nodes": [12, 28],
+        "sigma": 0.5,
+        "lam": 0.01,
+    },
     description="training loss with the order parameter held fixed, at the metastable points (chapter 3)",
 )
 def pt_constrained(config: dict, device: str) -> list[dict]:
     """ε_t and its slope with θ/σ² (semantic) or m (positional) held at ``n_values`` values.
 
     The values run over [0, 0.5] for θ/σ² and [0, 0.3] for m; one row per (point, value), and one
-    row per point with ``value = "fixed point"`` for the branch's own solution (``solve``).
+    row per point with ``kind = "fixed point"`` for the branch's own solution (``solve``), and one
+    per point and number of nodes in ``check_nodes`` (``kind = "fixed point, n nodes"``, the
+    quadrature check of the fixed point).
     """
     from attnlab.theory import phase_transition as se
 
@@ -314,20 +330,22 @@ def pt_constrained(config: dict, device: str) -> list[dict]:
                     "converged": c.converged,
                 }
             )
-        fp = se.solve(alpha, omega, branch, config["sigma"], config["lam"], n_nodes=config["n_nodes"])
-        value = fp.theta_over_sigma2 if branch == "semantic" else fp.m
-        rows.append(
-            {
-                "omega": omega,
-                "alpha": alpha,
-                "branch": branch,
-                "kind": "fixed point",
-                "value": value,
-                "eps_t": fp.eps_t,
-                "slope": 0.0,
-                "q": fp.q,
-                "converged": fp.converged,
-                "eps_g": fp.eps_g,
-            }
-        )
+        for n_nodes in [config["n_nodes"], *config["check_nodes"]]:
+            fp = se.solve(alpha, omega, branch, config["sigma"], config["lam"], n_nodes=n_nodes)
+            kind = "fixed point" if n_nodes == config["n_nodes"] else "fixed point, n nodes"
+            rows.append(
+                {
+                    "omega": omega,
+                    "alpha": alpha,
+                    "branch": branch,
+                    "kind": kind,
+                    "value": fp.theta_over_sigma2 if branch == "semantic" else fp.m,
+                    "eps_t": fp.eps_t,
+                    "slope": 0.0,
+                    "q": fp.q,
+                    "converged": fp.converged,
+                    "eps_g": fp.eps_g,
+                    "n_nodes": n_nodes,
+                }
+            )
     return rows
