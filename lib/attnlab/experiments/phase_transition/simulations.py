@@ -161,8 +161,8 @@ def _variant_rows(config, device, variants: dict) -> list[dict]:
     Every variant uses the same seed, hence the same teachers and training sets."""
     rows = []
     for name, options in variants.items():
-        new = run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"],
-                         **_train_kwargs(config, device), **options)  # fmt: skip
+        kwargs = _train_kwargs(config, device) | options  # a variant may override lam
+        new = run_alphas(alpha_grid(config), d=config["d"], seed=config["seed"], **kwargs)
         rows += [{"variant": name, **row} for row in new]
     return rows
 
@@ -182,8 +182,17 @@ _VARIANT_PAPER = {**_COMMON, "d": 500, "alpha_min": 0.25, "alpha_max": 2.0, "n_a
     description="reviewers' question: untied query and key (both started alike) vs tied (chapter 4)",
 )
 def pt_untied(config: dict, device: str) -> list[dict]:
-    """Tied ``Q = K`` against untied ``Q, K`` (both started at the same point), same data."""
-    return _variant_rows(config, device, {"tied": {"tied": True}, "untied": {"tied": False}})
+    """Tied ``Q = K`` against untied ``Q, K`` (both started at the same point), same data.
+
+    At ``Q = K`` the untied penalty ``lam/2 (|Q|^2 + |K|^2)`` is twice the tied one, so the variant
+    ``"untied, lam/2"`` compares them at equal effective regularisation.
+    """
+    variants = {
+        "tied": {"tied": True},
+        "untied": {"tied": False},
+        "untied, lam/2": {"tied": False, "lam": config["lam"] / 2},
+    }
+    return _variant_rows(config, device, variants)
 
 
 @experiment(
