@@ -37,7 +37,7 @@ from attnlab.validation import (
 )
 
 OPTIMIZERS = ("gd", "sgd", "adam", "adamw")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "warmup_constant", "warmup_stable_decay")
 
 
 @dataclass
@@ -90,14 +90,21 @@ def lr_factor(schedule: str, step: int, steps: int) -> float:
     """Multiplier of the learning rate at update ``step`` (0-based) of ``steps``.
 
     ``"constant"``: 1. ``"cosine"``: a linear warm-up over the first 10% of the steps, then a
-    cosine decay to zero.
+    cosine decay to zero. ``"warmup_constant"``: a linear warm-up over the first 25% of the
+    steps, then 1. ``"warmup_stable_decay"``: the same warm-up, 1, and a linear decay over the
+    last 25% of the steps (to ``1/warm`` at the last update, the warm-up's first factor).
     """
+    schedule = check_choice("schedule", schedule, LR_SCHEDULES)
     if schedule == "constant":
         return 1.0
-    warm = max(1, steps // 10)
+    warm = max(1, steps // (10 if schedule == "cosine" else 4))
     if step < warm:
         return (step + 1) / warm
-    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+    if schedule == "warmup_stable_decay" and step >= steps - warm:
+        return (steps - step) / warm
+    return 1.0
 
 
 def _make_optimizer(name, model, lr, param_lr, weight_decay, betas):
@@ -194,8 +201,10 @@ def train(
         gradient of ``weight_decay/2 * ||param||^2`` (``torch.optim.SGD``/``Adam``); for
         ``"adamw"`` it is decoupled (``torch.optim.AdamW``).
     lr_schedule:
-        ``"constant"`` or ``"cosine"`` (:func:`lr_factor`: linear warm-up over the first 10% of
-        the steps, then a cosine decay to zero).
+        One of :data:`LR_SCHEDULES` (:func:`lr_factor`): ``"constant"``, ``"cosine"`` (a linear
+        warm-up over the first 10% of the steps, then a cosine decay to zero),
+        ``"warmup_constant"`` (a linear warm-up over the first 25%, then constant) or
+        ``"warmup_stable_decay"`` (the same, with a linear decay over the last 25%).
     param_lr:
         ``{parameter name: learning rate}`` for parameters (names of ``model.named_parameters()``)
         that do not use ``lr``.
