@@ -50,3 +50,41 @@ def test_decay_experiment_keeps_fixed_decays():
     fixed = [r for r in res.rows if r["variant"] == "fixed:0.8"]
     assert all(r["gamma_1"] == pytest.approx(0.8, abs=1e-6) for r in fixed)
     assert all(r["gamma_1"] == pytest.approx(1.0) for r in res.rows if r["variant"] == "none")
+
+
+def test_cpu_scale_recipe_and_reruns():
+    exp = ex.get("icl_mixed_noise")
+    cpu = exp.config("cpu")
+    assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
+    assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
+    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
+    assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
+    # A rate that makes every model blow up: each failed model is re-run once at a third of it.
+    tiny = {
+        "params": ["diag"],
+        "depths": {"diag": [1, 2]},
+        "noise": ["uniform:1", "uniform:3"],
+        "steps": 6,
+        "batch_size": 16,
+        "lr": {"diag": 3e3},
+        "n_eval": 300,
+        "n_val": 200,
+        "profile_n": 50,
+        "profile_sigmas": [1.0],
+        "profile_noise": [],
+        "record_every": 3,
+    }
+    res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
+    reruns = res.meta["reruns"]
+    assert reruns and all(r["lr"] == pytest.approx(1e3) and r["attempt"] == 1 for r in reruns)
+    table = [r for r in res.rows if r["kind"] == "table"]
+    assert len(table) == 4
+    for row in table:
+        rerun = [r for r in reruns if (r["n_layers"], r["noise"]) == (row["n_layers"], row["noise"])]
+        kept = bool(rerun) and rerun[0]["kept"]
+        assert row["lr"] == pytest.approx(1e3 if kept else 3e3)
+        assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
+        assert row["outliers"] == (row["adjusted"] > 2 * row["adjusted_trimmed"])
+    assert set(res.meta["timing"]) >= {"wall_s", "cpu_s"}
+    with pytest.raises(ValueError, match="part must be 'all', one of params"):
+        ex.run("icl_mixed_noise", "cpu", overrides={**tiny, "part": "gdpp"}, cache=False)
