@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from attnlab import experiments as ex
+from attnlab.experiments import icl
 from attnlab.experiments.icl import merge_parts
 
 
@@ -57,7 +58,8 @@ def test_cpu_scale_recipe_and_reruns():
     cpu = exp.config("cpu")
     assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
     assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
-    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
+    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [3, 7]}
+    assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
     tiny = {
