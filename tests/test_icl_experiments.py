@@ -90,3 +90,18 @@ def test_cpu_scale_recipe_and_reruns():
     assert set(res.meta["timing"]) >= {"wall_s", "cpu_s"}
     with pytest.raises(ValueError, match="part must be 'all', one of params"):
         ex.run("icl_mixed_noise", "cpu", overrides={**tiny, "part": "gdpp"}, cache=False)
+
+
+def test_committed_cpu_result_records_its_recipe_and_wall_time():
+    res = ex.load_result("icl_mixed_noise", "cpu")
+    recipe = ex.get("icl_mixed_noise").config("cpu")
+    for key in ("steps", "batch_size", "lr_schedule", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
+        assert res.config[key] == pytest.approx(recipe[key]), key
+    assert res.config["lr"]["diag"] == pytest.approx(recipe["lr"]["diag"])
+    assert res.meta["timing"]["wall_s"] > 60 and res.meta["timing"]["cpu_s"] > 60
+    assert isinstance(res.meta["reruns"], list)
+    table = [r for r in res.rows if r["kind"] == "table"]
+    assert {r["param"] for r in table} <= {"diag", "gdpp", "full"} and "diag" in {r["param"] for r in table}
+    for row in table:
+        assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
+        assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
