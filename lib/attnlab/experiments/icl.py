@@ -16,6 +16,10 @@ the ``paper`` configuration below is the *reduced* CPU configuration the book's 
 come from (see chapter 04; it was run as three ``--set part=k/3`` processes merged with
 :func:`merge_parts`), and ``--set steps=200000 --set batch_size=2048 --set lr=0.0001
 --set lr_schedule=constant --set n_seeds=5`` restores the paper's optimisation on a GPU.
+The ``cpu`` scale is the recipe of issue 13 (batch 512, a rate that stays at its peak for half
+of the run, re-runs of failed models, robust statistics; see ``_CPU``), committed as
+``icl_mixed_noise-cpu`` (run as ``--set part=diag``, ``full`` and ``gdpp``, merged with
+:func:`merge_parts`).
 """
 
 from __future__ import annotations
@@ -605,7 +609,7 @@ def icl_decay(config: dict, device: str) -> list[dict]:
 
 
 def merge_parts(directories, out, name: str = "icl_mixed_noise", scale: str = "paper"):
-    """Merge the results of a run split with ``--set part=k/m`` into one result file.
+    """Merge the results of a run split with ``--set part=k/m`` (or ``part=PARAM``) into one file.
 
     ``directories`` are the ``--out`` folders of the parts, in order. The merged configuration
     is the common one with ``part`` naming the parts and ``noise`` the full list; the JSON
