@@ -155,3 +155,18 @@ def test_implied_ridge_recovers_the_ridge_parameter():
     assert abs(lam - 3.7) / 3.7 < 1e-3
     with pytest.raises(ValueError, match="prediction"):
         bl.implied_ridge(np.zeros(3), X, y, q)
+
+
+def test_trimmed_mean_drops_only_the_largest_values():
+    rng = np.random.default_rng(3)
+    v = rng.normal(0.3, 1.0, size=20_000)
+    v[[17, 4_000]] = [8e4, 5e3]  # two prompts that dominate the mean
+    # drop = 1e-4 of 20,000 values: the 2 largest go, whatever their place.
+    assert bl.trimmed_mean(v, 1e-4) == pytest.approx(np.delete(v, [17, 4_000]).mean(), rel=1e-12)
+    assert bl.trimmed_mean(v, 0.0) == pytest.approx(v.mean(), rel=1e-12)
+    # ceil: 1.5e-4 of 20,000 is 3 values.
+    assert bl.trimmed_mean(v, 1.5e-4) == pytest.approx(np.sort(v)[:-3].mean(), rel=1e-12)
+    with pytest.raises(ValueError, match="drop must leave at least one value"):
+        bl.trimmed_mean(np.array([1.0, 2.0]), 0.6)
+    with pytest.raises(ValueError, match="drop"):
+        bl.trimmed_mean(v, -0.1)

@@ -155,3 +155,26 @@ def test_cli_as_a_module():
         check=False,
     )
     assert bad.returncode != 0 and "name must be a registered experiment" in bad.stderr
+
+
+def test_optional_cpu_scale_with_meta(tmp_path):
+    @ex.experiment("toy_cpu", book={"n": 1}, paper={"n": 3}, cpu={"n": 2})
+    def toy_cpu(config, device):
+        return [{"n": config["n"]}], {"note": "rows and meta"}
+
+    try:
+        assert ex.get("toy_cpu").scales == ("book", "paper", "cpu")
+        result = ex.run("toy_cpu", "cpu")
+        assert result.rows == [{"n": 2}] and result.meta["note"] == "rows and meta"
+        assert set(result.meta["timing"]) == {"wall_s", "cpu_s", "torch_threads"}
+        assert ex.run("toy_cpu", "cpu").meta == result.meta, "a cached result keeps its timing"
+        path = ex.write_result(result, tmp_path)
+        meta = json.loads(path.with_suffix(".json").read_text())
+        assert meta["note"] == "rows and meta" and meta["timing"]["wall_s"] >= 0
+        assert ex.get("toy_square").scales == ("book", "paper")
+        with pytest.raises(ValueError, match="scale must be one of"):
+            ex.run("toy_square", "cpu")
+        with pytest.raises(ValueError, match="cpu config of 'bad'"):
+            ex.experiment("bad", book={"a": 1}, paper={"a": 1}, cpu={"b": 1})
+    finally:
+        _core._REGISTRY.pop("toy_cpu")

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from attnlab import experiments as ex
+from attnlab.experiments import icl
 from attnlab.experiments.icl import merge_parts, trained_model
 from attnlab.tasks.icl_regression import sample_regression
 
@@ -67,3 +68,57 @@ def test_trained_model_round_trips_through_a_result_file(tmp_path):
         assert torch.equal(ran.predict(b.X, b.y, b.x_query), pred) and pred.abs().max() > 0
     with pytest.raises(ValueError, match="seed"):
         trained_model(loaded, "diag", 2, "uniform:5", seed=7)
+
+
+def test_cpu_scale_recipe_and_reruns():
+    exp = ex.get("icl_mixed_noise")
+    cpu = exp.config("cpu")
+    assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
+    assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
+    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [3, 7]}
+    assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
+    assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
+    # A rate that makes every model blow up: each failed model is re-run once at a third of it.
+    tiny = {
+        "params": ["diag"],
+        "depths": {"diag": [1, 2]},
+        "noise": ["uniform:1", "uniform:3"],
+        "steps": 6,
+        "batch_size": 16,
+        "lr": {"diag": 3e3},
+        "n_eval": 300,
+        "n_val": 200,
+        "profile_n": 50,
+        "profile_sigmas": [1.0],
+        "profile_noise": [],
+        "record_every": 3,
+    }
+    res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
+    reruns = res.meta["reruns"]
+    assert reruns and all(r["lr"] == pytest.approx(1e3) and r["attempt"] == 1 for r in reruns)
+    table = [r for r in res.rows if r["kind"] == "table"]
+    assert len(table) == 4
+    for row in table:
+        rerun = [r for r in reruns if (r["n_layers"], r["noise"]) == (row["n_layers"], row["noise"])]
+        kept = bool(rerun) and rerun[0]["kept"]
+        assert row["lr"] == pytest.approx(1e3 if kept else 3e3)
+        assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
+        assert row["outliers"] == (row["adjusted"] > 2 * row["adjusted_trimmed"])
+    assert set(res.meta["timing"]) >= {"wall_s", "cpu_s"}
+    with pytest.raises(ValueError, match="part must be 'all', one of params"):
+        ex.run("icl_mixed_noise", "cpu", overrides={**tiny, "part": "gdpp"}, cache=False)
+
+
+def test_committed_cpu_result_records_its_recipe_and_wall_time():
+    res = ex.load_result("icl_mixed_noise", "cpu")
+    recipe = ex.get("icl_mixed_noise").config("cpu")
+    for key in ("steps", "batch_size", "lr_schedule", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
+        assert res.config[key] == pytest.approx(recipe[key]), key
+    assert res.config["lr"]["diag"] == pytest.approx(recipe["lr"]["diag"])
+    assert res.meta["timing"]["wall_s"] > 60 and res.meta["timing"]["cpu_s"] > 60
+    assert isinstance(res.meta["reruns"], list)
+    table = [r for r in res.rows if r["kind"] == "table"]
+    assert {r["param"] for r in table} <= {"diag", "gdpp", "full"} and "diag" in {r["param"] for r in table}
+    for row in table:
+        assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
+        assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12

@@ -7,6 +7,7 @@ import torch
 from attnlab import icl_training as it
 from attnlab.models import LinearTransformer
 from attnlab.tasks.icl_regression import sample_regression
+from attnlab.train import lr_factor
 
 
 def _batch(B=6, sigma_max=2.0, seed=3):
@@ -48,8 +49,7 @@ def test_training_reduces_the_loss_of_one_layer_model():
 
 def test_warmup_schedule_ramps_then_stays_constant():
     """``"warmup:W"``: factors 1/W, 2/W, ..., 1, then 1; ``"warmup:1"`` trains as the constant schedule."""
-    f = it.WarmupConstant(4)
-    assert [f(s, 10) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert [lr_factor("warmup:4", s, 10) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
     kw = dict(noise=["uniform:1"], seeds=[0], steps=3, batch_size=16, lr=1e-2)
     const = it.train_icl(["diag"], [2], lr_schedule="constant", **kw).group("diag", 2).weights
     warm1 = it.train_icl(["diag"], [2], lr_schedule="warmup:1", **kw).group("diag", 2).weights

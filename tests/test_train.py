@@ -1,9 +1,11 @@
+import math
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from attnlab.train import History, train
+from attnlab.train import History, lr_factor, train
 
 
 def _regression(n=64, d=3, seed=0):
@@ -271,3 +273,17 @@ def test_groups_of_batched_models_train_side_by_side():
         train(models, lambda m, X, y: {"c": _per_model_mse(m["a"], X, y)}, (X, y), steps=1)
     with pytest.raises(ValueError, match="dict values must be tensors"):
         train(models, lambda m, X, y: {"a": 1.0}, (X, y), steps=1)
+
+
+def test_lr_schedules_pinned_values():
+    steps = 12  # warm-up of 3 steps for the 25% schedule, 1 step for the cosine's 10%
+    wc = [lr_factor("warmup:3", s, steps) for s in range(steps)]
+    assert wc == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], abs=1e-15)
+    wsd = [lr_factor("warmup_stable_decay", s, steps) for s in range(steps)]
+    assert wsd == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1, 1, 1, 1, 1, 2 / 3, 1 / 3], abs=1e-15)
+    cos = [lr_factor("cosine", s, steps) for s in (0, 1, 6)]
+    assert cos == pytest.approx([1, 1, 0.5 * (1 + math.cos(math.pi * 5 / 11))], abs=1e-15)
+    assert [lr_factor("constant", s, steps) for s in (0, 11)] == [1.0, 1.0]
+    for bad in ("linear", "warmup:0", "warmup:x", "warmup_constant"):
+        with pytest.raises(ValueError, match="schedule"):
+            lr_factor(bad, 0, steps)

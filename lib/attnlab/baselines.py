@@ -27,6 +27,8 @@ grid with the posterior weights of σ (computed with a log-sum-exp).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from scipy import optimize
@@ -279,6 +281,22 @@ def half_mse(prediction, target) -> float:
             f"prediction and target must have the same shape, got {list(p.shape)}, {list(t.shape)}"
         )
     return float(0.5 * ((p - t) ** 2).mean())
+
+
+def trimmed_mean(values, drop: float = 1e-4) -> float:
+    """Mean of ``values`` without the largest ``ceil(drop · len(values))`` of them.
+
+    A robust companion of the mean for heavy-tailed per-prompt losses: in chapter 04 a handful
+    of the 100,000 evaluation prompts can dominate a trained model's mean adjusted loss.
+    """
+    v = _as_torch("values", values).reshape(-1)
+    if v.numel() == 0:
+        raise ValueError("values must not be empty")
+    drop = check_real("drop", drop, minimum=0.0, maximum=1.0)
+    k = math.ceil(drop * v.numel())
+    if k >= v.numel():
+        raise ValueError(f"drop must leave at least one value, got drop={drop} for {v.numel()} values")
+    return float(torch.sort(v).values[: v.numel() - k].mean())
 
 
 def adjusted_loss(prediction, target, X, y, x_query, sigma) -> float:

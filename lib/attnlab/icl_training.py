@@ -32,7 +32,7 @@ from torch import nn
 
 from attnlab.models import LT_PARAMS, LinearTransformer, fast_inputs
 from attnlab.tasks.icl_regression import Noise, sample_regression
-from attnlab.train import LR_SCHEDULES, train
+from attnlab.train import check_schedule, train
 from attnlab.validation import (
     check_choice,
     check_int,
@@ -52,7 +52,6 @@ __all__ = [
     "PARAMS",
     "TrainedGroup",
     "TrainedICL",
-    "WarmupConstant",
     "diagonal_mass",
     "evaluate",
     "fast_half_mse_loss",
@@ -141,32 +140,6 @@ def _sampler(noise, seeds, data_seed, d, n, device, dtype):
     return sample
 
 
-class WarmupConstant:
-    """Learning-rate factor of ``lr_schedule="warmup:W"``: linear warm-up over ``W`` updates, then 1.
-
-    The recipe of the deep models of chapter 05 (issue 13): a constant rate trains deep models
-    to the paper's loss where a cosine decay stops them early, and the warm-up keeps 7-layer
-    models at high noise from diverging in their first steps. Called as ``factor(step, steps)``
-    by :func:`attnlab.train.train`.
-    """
-
-    def __init__(self, warmup: int):
-        self.warmup = check_int("warmup", warmup, minimum=1)
-
-    def __call__(self, step: int, steps: int) -> float:
-        return min(1.0, (step + 1) / self.warmup)
-
-
-def _schedule(lr_schedule: str):
-    """A name of :data:`attnlab.train.LR_SCHEDULES` as it is, or ``"warmup:W"`` as :class:`WarmupConstant`."""
-    if isinstance(lr_schedule, str) and lr_schedule.startswith("warmup:"):
-        count = lr_schedule.partition(":")[2]
-        if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"lr_schedule must be 'warmup:W' with an integer W >= 1, got {lr_schedule!r}")
-        return WarmupConstant(int(count))
-    return check_choice("lr_schedule", lr_schedule, LR_SCHEDULES + ("warmup:W",))
-
-
 def train_icl(
     params: Sequence[str] = ("diag",),
     depths: Sequence[int] = (1,),
@@ -195,8 +168,8 @@ def train_icl(
     numbers of layers; ``noise`` :class:`~attnlab.tasks.icl_regression.Noise` specifications;
     ``seeds`` initialisation seeds (one model per seed; the data of seed ``r`` come from its own
     stream). ``lr`` is one learning rate or a dict ``{param: lr}``; ``lr_schedule`` as in
-    :func:`attnlab.train.train`, or ``"warmup:W"``: a linear warm-up over ``W`` updates, then
-    constant (:class:`WarmupConstant`). Losses are ½·MSE per model, recorded every ``record_every``
+    :func:`attnlab.train.train` (e.g. ``"warmup:W"``: a linear warm-up over ``W`` updates, then
+    constant). Losses are ½·MSE per model, recorded every ``record_every``
     steps (the mean over those steps). A model whose loss becomes non-finite is marked
     ``diverged`` and its gradient zeroed (the others are unaffected: the models share no
     parameters). ``num_threads`` limits torch's CPU threads during the run (restored
@@ -229,7 +202,7 @@ def train_icl(
         lrs = {p: check_positive("lr", lr[p]) for p in params}
     else:
         lrs = dict.fromkeys(params, check_positive("lr", lr))
-    schedule = _schedule(lr_schedule)
+    schedule = check_schedule(lr_schedule)
     data_seed = check_int("data_seed", data_seed, minimum=0)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     S, R = len(noise), len(seeds)

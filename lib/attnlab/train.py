@@ -38,7 +38,7 @@ from attnlab.validation import (
 )
 
 OPTIMIZERS = ("gd", "sgd", "adam", "adamw")
-LR_SCHEDULES = ("constant", "cosine")
+LR_SCHEDULES = ("constant", "cosine", "warmup_stable_decay", "warmup:W")
 
 
 @dataclass
@@ -87,18 +87,40 @@ def _to(batch, device, dtype):
     return tuple(out)
 
 
+def check_schedule(schedule) -> str:
+    """``schedule`` if it names a schedule of :data:`LR_SCHEDULES` (``"warmup:W"`` with an integer
+    ``W >= 1``), else ``ValueError``."""
+    if isinstance(schedule, str) and schedule.startswith("warmup:"):
+        count = schedule.partition(":")[2]
+        if count.isdigit() and int(count) >= 1:
+            return schedule
+        raise ValueError(f"lr_schedule must be 'warmup:W' with an integer W >= 1, got {schedule!r}")
+    return check_choice("lr_schedule", schedule, LR_SCHEDULES[:-1])
+
+
 def lr_factor(schedule: str, step: int, steps: int) -> float:
     """Multiplier of the learning rate at update ``step`` (0-based) of ``steps``.
 
     ``"constant"``: 1. ``"cosine"``: a linear warm-up over the first 10% of the steps, then a
-    cosine decay to zero.
+    cosine decay to zero. ``"warmup_stable_decay"``: a linear warm-up over the first 25% of the
+    steps, 1, and a linear decay over the last 25% (to ``1/warm`` at the last update, the
+    warm-up's first factor). ``"warmup:W"``: a linear warm-up over ``W`` updates, then 1 (the
+    recipe of chapter 05's deep models: the warm-up keeps 7-layer models at high noise from
+    diverging in their first steps).
     """
+    schedule = check_schedule(schedule)
     if schedule == "constant":
         return 1.0
-    warm = max(1, steps // 10)
+    if schedule.startswith("warmup:"):
+        return min(1.0, (step + 1) / int(schedule.partition(":")[2]))
+    warm = max(1, steps // (10 if schedule == "cosine" else 4))
     if step < warm:
         return (step + 1) / warm
-    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+    if step >= steps - warm:  # warmup_stable_decay
+        return (steps - step) / warm
+    return 1.0
 
 
 def _make_optimizer(name, model, lr, param_lr, weight_decay, betas):
@@ -195,9 +217,12 @@ def train(
         gradient of ``weight_decay/2 * ||param||^2`` (``torch.optim.SGD``/``Adam``); for
         ``"adamw"`` it is decoupled (``torch.optim.AdamW``).
     lr_schedule:
-        ``"constant"`` or ``"cosine"`` (:func:`lr_factor`: linear warm-up over the first 10% of
-        the steps, then a cosine decay to zero), or a callable ``factor(step, steps)`` giving the
-        multiplier of the learning rate at update ``step`` (0-based).
+        One of :data:`LR_SCHEDULES` (:func:`lr_factor`): ``"constant"``, ``"cosine"`` (a linear
+        warm-up over the first 10% of the steps, then a cosine decay to zero),
+        ``"warmup_stable_decay"`` (a linear warm-up over the first 25%, 1, and a linear decay
+        over the last 25%) or ``"warmup:W"`` (a linear warm-up over ``W`` updates, then 1); or a
+        callable ``factor(step, steps)`` giving the multiplier of the learning rate at update
+        ``step`` (0-based).
     param_lr:
         ``{parameter name: learning rate}`` for parameters (names of ``model.named_parameters()``)
         that do not use ``lr``.
@@ -227,7 +252,7 @@ def train(
     if callable(lr_schedule):
         factor_of = lr_schedule
     else:
-        factor_of = functools.partial(lr_factor, check_choice("lr_schedule", lr_schedule, LR_SCHEDULES))
+        factor_of = functools.partial(lr_factor, check_schedule(lr_schedule))
     record_every = check_int("record_every", record_every, minimum=1)
     record = check_choice("record", record, ("last", "mean"))
     device = resolve_device(device)

@@ -1,4 +1,4 @@
-"""Named experiments with two scales, a disk cache and a command-line interface.
+"""Named experiments with two scales (three with ``cpu``), a disk cache and a command-line interface.
 
 An experiment is a function ``fn(config: dict, device: str) -> list[dict]`` returning result
 rows, registered with :func:`experiment` together with two configurations: ``book`` (runs in a
@@ -8,6 +8,10 @@ chapter on two CPU cores in seconds) and ``paper`` (the paper's setting, from th
     def pt_gd(config, device):
         ...
         return [{"alpha": a, "eps_g": e} for ...]
+
+An optional third configuration, ``cpu=...``, is a recipe that reproduces a paper's result on a
+CPU (``--scale cpu``); ``fn`` may return ``(rows, meta)``, and ``meta`` with the measured wall and
+CPU time goes to the result's JSON.
 
 Every module in this package that does not start with ``_`` is imported on first use, so a part
 of the book registers its experiments by adding a module here.

@@ -10,6 +10,7 @@ import os
 import pkgutil
 import shlex
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,29 +18,40 @@ from pathlib import Path
 
 import joblib
 import numpy as np
+import torch
 
 import attnlab
 from attnlab.validation import check_choice, check_int, resolve_device
 
-SCALES = ("book", "paper")
+SCALES = ("book", "paper", "cpu")  # book and paper for every experiment; cpu where one is defined
 _REGISTRY: dict[str, Experiment] = {}
 _DISCOVERED = False
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """A registered experiment: its function, its two configurations and a description."""
+    """A registered experiment: its function, its configurations and a description.
+
+    ``book`` and ``paper`` exist for every experiment; ``cpu`` (a recipe that reproduces the paper
+    on a CPU in about an hour) only where one was defined.
+    """
 
     name: str
     fn: Callable[[dict, str], list[dict]]
     book: dict
     paper: dict
     description: str = ""
+    cpu: dict | None = None
+
+    @property
+    def scales(self) -> tuple[str, ...]:
+        """The scales this experiment defines, in the order of :data:`SCALES`."""
+        return ("book", "paper") + (("cpu",) if self.cpu is not None else ())
 
     def config(self, scale: str = "book", overrides: Mapping | None = None) -> dict:
         """Return the configuration at ``scale`` with ``overrides`` applied (keys must exist)."""
-        scale = check_choice("scale", scale, SCALES)
-        config = dict(self.book if scale == "book" else self.paper)
+        scale = check_choice("scale", scale, self.scales)
+        config = dict({"book": self.book, "paper": self.paper, "cpu": self.cpu}[scale])
         for key, value in dict(overrides or {}).items():
             if key not in config:
                 known = ", ".join(sorted(config))
@@ -83,17 +95,27 @@ def _eq(a, b) -> bool:
     return a == b
 
 
-def experiment(name: str, *, book: Mapping, paper: Mapping, description: str = ""):
-    """Register ``fn(config, device) -> list[dict]`` under ``name`` with its two scales."""
+def experiment(
+    name: str, *, book: Mapping, paper: Mapping, description: str = "", cpu: Mapping | None = None
+):
+    """Register ``fn(config, device) -> list[dict]`` under ``name`` with its scales.
+
+    ``book`` and ``paper`` are required; ``cpu`` is an optional third scale. All must have the
+    same keys.
+    """
     if not isinstance(name, str) or not name.replace("_", "").isalnum():
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
     if set(book) != set(paper):
         raise ValueError(f"book and paper configs of {name!r} must have the same keys")
+    if cpu is not None and set(cpu) != set(book):
+        raise ValueError(f"cpu config of {name!r} must have the same keys as book and paper")
 
     def register(fn):
         if name in _REGISTRY and _REGISTRY[name].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"name {name!r} is already registered")
-        _REGISTRY[name] = Experiment(name, fn, dict(book), dict(paper), description)
+        _REGISTRY[name] = Experiment(
+            name, fn, dict(book), dict(paper), description, None if cpu is None else dict(cpu)
+        )
         return fn
 
     return register
@@ -129,9 +151,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
 
 
-def _execute(name: str, config: dict, device: str, version: str, code: str) -> list[dict]:
+def _execute(name: str, config: dict, device: str, version: str, code: str) -> tuple[list, dict]:
     # ``version`` and ``code`` are part of the cache key: a change of the library recomputes.
-    return get(name).fn(dict(config), device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = get(name).fn(dict(config), device)
+    rows, meta = out if isinstance(out, tuple) and len(out) == 2 else (out, {})
+    timing = {
+        "wall_s": round(time.perf_counter() - wall, 1),
+        "cpu_s": round(time.process_time() - cpu, 1),
+        "torch_threads": torch.get_num_threads(),
+    }
+    return rows, {**dict(meta), "timing": timing}
 
 
 def library_fingerprint() -> str:
@@ -161,19 +191,23 @@ def run(
     Results are cached on disk with ``joblib.Memory``, keyed by the name, the full configuration,
     the device, the library version and a fingerprint of the library's source
     (:func:`library_fingerprint`), so a second call with the same configuration and code loads
-    them.
+    them. An experiment may return ``(rows, meta)`` instead of rows: ``meta`` (a dict) goes to
+    :attr:`Result.meta` and the result's JSON, with the measured ``timing`` of the computation
+    (``wall_s``, ``cpu_s`` and torch's thread count; a cached result keeps the original timing).
     """
     exp = get(name)
     config = exp.config(scale, overrides)
     resolve_device(device)
     if cache:
         memory = joblib.Memory(cache_dir() / "joblib", verbose=0)
-        rows = memory.cache(_execute)(name, config, str(device), attnlab.__version__, library_fingerprint())
+        rows, meta = memory.cache(_execute)(
+            name, config, str(device), attnlab.__version__, library_fingerprint()
+        )
     else:
-        rows = _execute(name, config, str(device), attnlab.__version__, library_fingerprint())
+        rows, meta = _execute(name, config, str(device), attnlab.__version__, library_fingerprint())
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"experiment {name!r} must return a list of dict rows")
-    return Result(name, scale, config, rows)
+    return Result(name, scale, config, rows, meta=meta)
 
 
 def sweep(
