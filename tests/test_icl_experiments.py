@@ -122,3 +122,13 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
     for row in table:
         assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
         assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
+
+
+def test_seeds_experiment_keeps_the_cpu_recipe_and_varies_only_the_seed():
+    exp = ex.get("icl_seeds")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    same = ("steps", "batch_size", "lr_schedule", "betas", "n_eval", "eval_seed", "data_seed")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 3
+    res = ex.run("icl_seeds", overrides={"n_eval": 300, "n_val": 100}, cache=False)
+    table = [r for r in res.rows if r["kind"] == "table"]
+    assert len(table) == 2 * 3 and sum(r["best"] for r in table) == 2
