@@ -239,6 +239,17 @@ def _construction_rows(config) -> list[dict]:
     return rows
 
 
+def _train_and_evaluate(group, models, noise, config, param_lr=None):
+    """Train ``models`` side by side on ``noise``, evaluate them on fresh prompts; (rows, data, osq)."""
+    diverged = _train(models, noise, config, param_lr)
+    data = _eval_data(noise, config)
+    osq = _oracle_sq(noise, data)
+    rows = []
+    for k, m in models.items():
+        rows += _model_rows(group, k, m, noise, diverged[k], data, osq, config)
+    return rows, data, osq
+
+
 def _gated_rows(config) -> list[dict]:
     """Gated keys against DIAG: same depth, same initial omegas, same data; the learned gates."""
     d, R = config["d"], config["n_seeds"]
@@ -251,12 +262,7 @@ def _gated_rows(config) -> list[dict]:
         }
     )
     gate_lr = None if config["gate_lr"] is None else {f"gla_{L}.gate": config["gate_lr"]}
-    diverged = _train(models, noise, config, gate_lr)
-    data = _eval_data(noise, config)
-    osq = _oracle_sq(noise, data)
-    rows = []
-    for k, m in models.items():
-        rows += _model_rows("gated", k, m, noise, diverged[k], data, osq, config)
+    rows, data, osq = _train_and_evaluate("gated", models, noise, config, gate_lr)
     rows += _baseline_rows(noise, data, osq, config)
     gate = models[f"gla_{L}"].gate.detach()  # [S, R, L, 3]
     for si, spec in enumerate(noise):
@@ -277,12 +283,7 @@ def _depth_rows(config) -> list[dict]:
     models = nn.ModuleDict(
         {f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag") for L in config["depth_depths"]}
     )
-    diverged = _train(models, noise, config)
-    data = _eval_data(noise, config)
-    osq = _oracle_sq(noise, data)
-    rows = []
-    for k, m in models.items():
-        rows += _model_rows("depth", k, m, noise, diverged[k], data, osq, config)
+    rows, data, osq = _train_and_evaluate("depth", models, noise, config)
     return rows + _baseline_rows(noise, data, osq, config)
 
 
@@ -293,12 +294,8 @@ def _gdpp_rows(config) -> list[dict]:
     models = nn.ModuleDict(
         {f"gdpp_{L}": _batched(LinearTransformer, d, L, 1, R, param="gdpp") for L in config["gdpp_depths"]}
     )
-    diverged = _train(models, noise, config)
-    data = _eval_data(noise, config)
-    osq = _oracle_sq(noise, data)
-    rows = []
-    for k, m in models.items():
-        rows += _model_rows("gdpp", k, m, noise, diverged[k], data, osq, config)
+    rows, _, _ = _train_and_evaluate("gdpp", models, noise, config)
+    for m in models.values():
         om = m.omegas().detach()[0]  # [R, L, 4]
         for r in range(R):
             for layer in range(m.n_layers):
