@@ -481,7 +481,14 @@ UI_CHAPTERS = ["book/intro.md", "book/linear-nn/reduction.md", "book/phase-trans
 
 
 def ui_saved_unchanged(source: Path, tmp_path: Path, chapters=UI_CHAPTERS) -> dict[str, str]:
-    """Open each chapter in JupyterLab (Chromium), save it with Ctrl+S; return the changed ones."""
+    """Open each chapter in JupyterLab (Chromium), save it with Ctrl+S; return the changed ones.
+
+    Each chapter opens in a fresh workspace (``?reset``), so that the earlier chapters are not
+    restored in background tabs. The extensions mark a chapter dirty a moment after it opens (on
+    a loaded machine, after the first Ctrl+S), so a save counts only once the file on disk has been
+    written and the page has stayed clean for a second; until then Ctrl+S is pressed again, as a
+    reader would.
+    """
     from playwright.sync_api import sync_playwright
 
     root = tmp_path / "project"
@@ -494,22 +501,46 @@ def ui_saved_unchanged(source: Path, tmp_path: Path, chapters=UI_CHAPTERS) -> di
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"], headless=True)
             try:
-                for name in chapters:
+                for i, name in enumerate(chapters):
                     page = browser.new_page(viewport={"width": 1280, "height": 900})
-                    page.goto(f"{server.base}/lab/tree/{name}?token={server.token}")
+                    page.goto(f"{server.base}/lab/workspaces/ui{i}/tree/{name}?reset&token={server.token}")
                     page.wait_for_selector(".jp-Notebook .jp-Cell >> visible=true", timeout=STARTUP_S * 1000)
                     page.wait_for_timeout(3000)  # let the extensions (jupytext, myst) settle
-                    page.locator(".jp-Notebook >> visible=true").first.click()
-                    page.keyboard.press("Control+s")
-                    page.wait_for_function(
-                        "document.querySelectorAll('.jp-mod-dirty').length === 0", timeout=CELL_S * 1000
-                    )
+                    _save_with_ctrl_s(page, root / name, timeout=CELL_S)
                     page.close()
             finally:
                 browser.close()
     finally:
         server.close()
     return {name: (root / name).read_text() for name in chapters if (root / name).read_text() != before[name]}
+
+
+def _save_with_ctrl_s(page, path: Path, timeout: float) -> None:
+    """Press Ctrl+S in the open notebook until ``path`` is written and the page stays clean."""
+    written = path.stat().st_mtime_ns
+    deadline = time.monotonic() + timeout
+    presses = 0
+    while time.monotonic() < deadline:
+        page.locator(".jp-Notebook >> visible=true").first.click()
+        page.keyboard.press("Control+s")
+        presses += 1
+        clean_since = None
+        wait_until = min(deadline, time.monotonic() + 20)
+        while time.monotonic() < wait_until:
+            page.wait_for_timeout(250)
+            clean = page.evaluate("document.querySelectorAll('.jp-mod-dirty').length === 0")
+            if not clean or path.stat().st_mtime_ns == written:
+                clean_since = None
+                continue
+            clean_since = clean_since or time.monotonic()
+            if time.monotonic() - clean_since >= 1.0:
+                return
+    dialogs = page.evaluate("Array.from(document.querySelectorAll('.jp-Dialog')).map(e => e.innerText)")
+    dirty = page.evaluate("Array.from(document.querySelectorAll('.jp-mod-dirty')).map(e => e.className)")
+    raise AssertionError(
+        f"{path.name}: not saved within {timeout} s after {presses} Ctrl+S; "
+        f"written: {path.stat().st_mtime_ns != written}; dialogs: {dialogs}; dirty: {dirty}"
+    )
 
 
 def test_lab_ui_saves_a_chapter_unchanged(tmp_path):
