@@ -64,3 +64,12 @@ def test_phase_diagram_experiment_runs_at_tiny_size():
     res = run("pt_phase_diagram", "book", overrides=small, cache=False)
     assert len(res.rows) == 2
     assert set(res.column("global")) <= {"semantic", "positional"}
+
+
+def test_warm_started_thresholds_find_the_cold_scans_root():
+    """alpha_c and alpha_l locate the root on 8 nodes and refine it on the full rule (here 10 nodes)
+    with warm starts; they must land on the root that solving every alpha cold on the full rule
+    finds (the plain scan + Brent, to 1e-5: 1.2522724 and 1.4909113 at omega = 0.3, 10 nodes)."""
+    kw = {"n_nodes": 10, "bracket": (0.1, 3.0), "n_grid": 4, "xtol": 1e-4}
+    assert se.alpha_c(0.3, **kw) == pytest.approx(1.2522724, abs=1e-4)
+    assert se.alpha_l(0.3, **kw) == pytest.approx(1.4909113, abs=1e-4)

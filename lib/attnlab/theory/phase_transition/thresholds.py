@@ -88,12 +88,110 @@ def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
 
 
 def _bracket_root(fun, lo, hi, n_grid, xtol):
+    """Scan ``fun`` on ``n_grid`` points of [lo, hi]; Brent's method on the first sign change.
+
+    Values are remembered, so Brent's method does not solve again at the scan's end points.
+    """
+    seen = {}
+
+    def f(a):
+        a = float(a)
+        if a not in seen:
+            seen[a] = fun(a)
+        return seen[a]
+
     grid = np.linspace(lo, hi, n_grid)
-    vals = [fun(a) for a in grid]
+    vals = [f(a) for a in grid]
     for i in range(n_grid - 1):
         if np.isfinite(vals[i]) and np.isfinite(vals[i + 1]) and vals[i] * vals[i + 1] <= 0:
-            return brentq(fun, grid[i], grid[i + 1], xtol=xtol)
+            return brentq(f, grid[i], grid[i + 1], xtol=xtol)
     return float("nan")
+
+
+COARSE_NODES = 8  # the root is first located on this many nodes per axis, then on the full rule
+WARM_WITHIN = 0.3  # a new α starts from the nearest solved α of its branch at most this far away
+
+
+def _guided_root(fine, coarse, lo, hi, n_grid, xtol):
+    """The root of ``fine`` in the first sign change of the scan, located with a cheaper ``coarse``.
+
+    The scan and a rough Brent root (to 1e-3) use ``coarse`` (the same difference on fewer
+    nodes). ``fine`` is then evaluated at the ends of the coarse scan's interval; if its signs
+    differ there, Brent's method runs on a bracket of half-width 0.01 around the rough root when
+    that brackets a sign change of ``fine``, else on the whole interval. Otherwise (no coarse
+    sign change, or the fine signs agree at the interval's ends: the coarse rule can misplace a
+    root where the two sides nearly touch, as at small ω) ``fine`` is scanned on the grid as in
+    :func:`_bracket_root`. The result is a root of ``fine`` to ``xtol`` in every case.
+    """
+    seen = {}
+
+    def f(a):
+        a = float(a)
+        if a not in seen:
+            seen[a] = fine(a)
+        return seen[a]
+
+    if coarse is not None:
+        grid = np.linspace(lo, hi, n_grid)
+        rough = _bracket_root(coarse, lo, hi, n_grid, max(xtol, 1e-3))
+        if np.isfinite(rough):
+            i = min(int(np.searchsorted(grid, rough, side="right")) - 1, n_grid - 2)
+            g0, g1 = grid[i], grid[i + 1]
+            f0, f1 = f(g0), f(g1)
+            if np.isfinite(f0) and np.isfinite(f1) and f0 * f1 <= 0:
+                a, b = max(g0, rough - 0.01), min(g1, rough + 0.01)
+                fa, fb = f(a), f(b)
+                if np.isfinite(fa) and np.isfinite(fb) and fa * fb <= 0:
+                    return brentq(f, a, b, xtol=xtol)
+                return brentq(f, g0, g1, xtol=xtol)
+    return _bracket_root(f, lo, hi, n_grid, xtol)
+
+
+class _Branch:
+    """One branch solved at the α a root finder asks for, each solve warm-started.
+
+    A new α starts from the converged fixed point of the nearest α already solved on this branch
+    (continuation), if one lies within ``WARM_WITHIN``; otherwise from the branch's own starting
+    point, or, given ``coarse`` (the same branch on fewer nodes), from the coarse fixed point at
+    this α (coarse-to-fine); with ``warm=False`` every α is solved cold. A start that does not
+    lead to a converged point is retried from the branch's starting point, so a warm start never
+    turns a solvable α into an unconverged one.
+    """
+
+    def __init__(self, solver, omega, branch, sigma, lam, A, kwargs, coarse=None, warm=True):
+        self.solver, self.args, self.kwargs = solver, (omega, branch, sigma, lam, A), kwargs
+        self.coarse, self.warm, self.solved = coarse, warm, []
+
+    def _solve(self, alpha, init=None):
+        return self.solver(alpha, *self.args, **self.kwargs, **({} if init is None else {"init": init}))
+
+    def __call__(self, alpha):
+        alpha = float(alpha)
+        near = [s for s in self.solved if self.warm and s.converged and abs(s.alpha - alpha) <= WARM_WITHIN]
+        start = min(near, key=lambda s: abs(s.alpha - alpha)) if near else None
+        if start is None and self.coarse is not None:
+            start = self.coarse(alpha)
+        fp = None
+        if start is not None and start.converged:
+            fp = self._solve(alpha, (start.q, start.m, start.V, start.theta))
+        if fp is None or not fp.converged:
+            fp = self._solve(alpha)
+        self.solved.append(fp)
+        return fp
+
+
+def _branches(solver, omega, branches, sigma, lam, A, kwargs, method):
+    """Fine and coarse :class:`_Branch` per branch (coarse ``None`` for the authors' method, which
+    solves every α cold as their notebook does, or when the rule is not finer than the coarse one)."""
+    if method == "authors":
+        return {b: _Branch(solver, omega, b, sigma, lam, A, kwargs, warm=False) for b in branches}, None
+    coarse = None
+    if kwargs.get("n_nodes", 20) > COARSE_NODES:
+        coarse = {
+            b: _Branch(solver, omega, b, sigma, lam, A, {**kwargs, "n_nodes": COARSE_NODES}) for b in branches
+        }
+    fine = {b: _Branch(solver, omega, b, sigma, lam, A, kwargs, coarse and coarse[b]) for b in branches}
+    return fine, coarse
 
 
 def _threshold_args(omega, bracket, n_grid, method, kwargs):
@@ -127,13 +225,12 @@ def alpha_c(
     ``kwargs`` go to the solver.
     """
     omega, lo, hi, n_grid, solver = _threshold_args(omega, bracket, n_grid, method, kwargs)
+    fine, coarse = _branches(solver, omega, BRANCHES, sigma, lam, A, kwargs, method)
 
-    def diff(alpha):
-        s = solver(alpha, omega, "semantic", sigma, lam, A, **kwargs)
-        p = solver(alpha, omega, "positional", sigma, lam, A, **kwargs)
-        return s.eps_t - p.eps_t
+    def diff(branch):
+        return lambda alpha: branch["semantic"](alpha).eps_t - branch["positional"](alpha).eps_t
 
-    return float(_bracket_root(diff, lo, hi, n_grid, xtol))
+    return float(_guided_root(diff(fine), coarse and diff(coarse), lo, hi, n_grid, xtol))
 
 
 def alpha_l(
@@ -154,8 +251,9 @@ def alpha_l(
     """
     omega, lo, hi, n_grid, solver = _threshold_args(omega, bracket, n_grid, method, kwargs)
     ref = eps_lin(omega, sigma, A, method=method)
+    fine, coarse = _branches(solver, omega, ["semantic"], sigma, lam, A, kwargs, method)
 
-    def diff(alpha):
-        return solver(alpha, omega, "semantic", sigma, lam, A, **kwargs).eps_g - ref
+    def diff(branch):
+        return lambda alpha: branch["semantic"](alpha).eps_g - ref
 
-    return float(_bracket_root(diff, lo, hi, n_grid, xtol))
+    return float(_guided_root(diff(fine), coarse and diff(coarse), lo, hi, n_grid, xtol))
