@@ -12,6 +12,8 @@ reports ratios; absolute times are printed only for context (the machine may be 
   against :mod:`benchmarks.se_baseline` (the authors' algorithm: one scipy BFGS per node), at the
   same quadrature and at equal or better accuracy against a converged reference solution.
 * ``bench_phase_diagram``: the paper-scale 20×20 (α, ω) grid ``pt_phase_diagram`` on 2 workers.
+* ``bench_thresholds``: ``alpha_c`` and ``alpha_l`` at one ω against the plain root finder (the
+  same scan and Brent's method, every α solved cold on the full rule), alternately.
 * ``bench_icl``: Part III's trainer (:func:`attnlab.icl_training.train_icl`) against the naive
   token-form loop of :mod:`benchmarks.icl_reference` (one model, autograd, ``torch.optim.Adam``)
   at the same thread count, with fresh data and on a fixed batch; many models in one call against
@@ -133,6 +135,53 @@ def bench_phase_diagram(*, n_alpha=20, n_omega=20, n_jobs=2) -> dict:
         "points": len(rows),
         "converged": float(np.mean(conv)),
     }
+
+
+def bench_thresholds(*, omega=0.3, n_nodes=20, repeats=1) -> dict:
+    """Time ``alpha_c`` and ``alpha_l`` at ``omega`` against the plain root finder, alternately.
+
+    The baseline is what the library did before warm starts: the same scan (4 points on
+    (0.1, 3.0)) and Brent's method to 1e-4, every α solved cold on ``n_nodes`` from the branch's
+    starting point. Reports the medians and both roots.
+    """
+    from attnlab.theory import phase_transition as se
+    from attnlab.theory.phase_transition import thresholds as th
+
+    ref = se.eps_lin(omega)
+
+    def plain_c():
+        def gap(a):
+            sem = se.solve(a, omega, "semantic", n_nodes=n_nodes)
+            return sem.eps_t - se.solve(a, omega, "positional", n_nodes=n_nodes).eps_t
+
+        return th._bracket_root(gap, 0.1, 3.0, 4, 1e-4)
+
+    def plain_l():
+        return th._bracket_root(
+            lambda a: se.solve(a, omega, "semantic", n_nodes=n_nodes).eps_g - ref, 0.1, 3.0, 4, 1e-4
+        )
+
+    codes = {
+        "alpha_c": (lambda: se.alpha_c(omega, n_nodes=n_nodes), plain_c),
+        "alpha_l": (lambda: se.alpha_l(omega, n_nodes=n_nodes), plain_l),
+    }
+    out = {"omega": omega, "n_nodes": n_nodes, "repeats": repeats}
+    for name, (lib, plain) in codes.items():
+        times = {"library": [], "plain": []}
+        for _ in range(repeats):
+            t, root = _timed(lib)
+            times["library"].append(t)
+            t, plain_root = _timed(plain)
+            times["plain"].append(t)
+        lib_t, plain_t = statistics.median(times["library"]), statistics.median(times["plain"])
+        out[name] = {
+            "time": lib_t,
+            "plain_time": plain_t,
+            "speedup": plain_t / lib_t,
+            "root": root,
+            "plain_root": plain_root,
+        }
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,7 +398,7 @@ def _g(x, fmt=".3g"):
     return format(x, fmt)
 
 
-def summary_table(se_res, pd_res, icl_res) -> str:
+def summary_table(se_res, pd_res, icl_res, th_res=None) -> str:
     lines = ["| Benchmark | Baseline | Ratio (measured side by side) | Target |", "|---|---|---|---|"]
     if se_res:
         eq = se_res["equal_accuracy"]
@@ -367,6 +416,13 @@ def summary_table(se_res, pd_res, icl_res) -> str:
             f"| Part II {pd_res['n_alpha']}×{pd_res['n_omega']} phase diagram, {pd_res['n_jobs']} workers "
             f"| (absolute) | {pd_res['time']:.0f} s | ≤ 120 s |"
         )
+    if th_res:
+        for name in ("alpha_c", "alpha_l"):
+            r = th_res[name]
+            lines.append(
+                f"| Part II `{name}({th_res['omega']})`, {th_res['n_nodes']}⁴ nodes, one process "
+                f"| same root finder, every α solved cold | **{r['speedup']:.1f}×** ({r['time']:.1f} s) | ≤ 10 s |"
+            )
     if icl_res:
         for p, r in icl_res["params"].items():
             lines.append(
@@ -385,7 +441,7 @@ def summary_table(se_res, pd_res, icl_res) -> str:
     return "\n".join(lines)
 
 
-def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None) -> str:
+def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None, th_res=None) -> str:
     if load is None:
         load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     out = [
@@ -406,7 +462,7 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
         "",
         "## Summary",
         "",
-        summary_table(se_res, pd_res, icl_res),
+        summary_table(se_res, pd_res, icl_res, th_res),
         "",
     ]
     if se_res:
@@ -465,6 +521,31 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
                 f"on {pd_res['n_jobs']} idle cores (an estimate from this run, not a measurement of the grid).",
                 "",
             ]
+    if th_res:
+        out += [
+            "## Part II: the thresholds",
+            "",
+            f"`alpha_c` and `alpha_l` at ω = {th_res['omega']} on {th_res['n_nodes']}⁴ nodes (scan of 4 points on "
+            "(0.1, 3.0), Brent's method to 1e-4), one process, against the plain root finder: the same scan and Brent's "
+            "method with every α solved cold from the branch's starting point (the library before warm starts). "
+            f"Median of {th_res['repeats']} alternated run(s).",
+            "",
+            "| Threshold | Library (s) | Plain (s) | Ratio | Root (library) | Root (plain) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name in ("alpha_c", "alpha_l"):
+            r = th_res[name]
+            out.append(
+                f"| `{name}` | {r['time']:.1f} | {r['plain_time']:.1f} | {r['speedup']:.1f}× | {r['root']:.6f} | {r['plain_root']:.6f} |"
+            )
+        out += [
+            "",
+            "Not measured: the whole α_c(ω), α_l(ω) curve at 20 values of ω (target ≤ 2 minutes on 2 cores). At small ω "
+            "one threshold still takes minutes: some solves there never meet the tolerance (the warm-started prox reaches a "
+            "residual below it, the global prox then moves nodes to another valley, and the iteration cycles until "
+            "`max_iter`).",
+            "",
+        ]
     if icl_res:
         out += [
             "## Part III: the trainer",
@@ -565,7 +646,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest configurations (smoke test, seconds)")
     parser.add_argument("--book", action="store_true", help="also execute every chapter (about ten minutes)")
     parser.add_argument(
-        "--only", choices=["se", "phase", "icl", "book"], action="append", help="run only these"
+        "--only", choices=["se", "phase", "thresholds", "icl", "book"], action="append", help="run only these"
     )
     parser.add_argument(
         "--out",
@@ -580,15 +661,16 @@ def main(argv=None) -> int:
     if args.render:
         raw = json.loads(Path(args.render).read_text())
         parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
-        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"]))
+        th_res = raw.get("thresholds")
+        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"], th_res))
         if not raw["quick"] and args.out == str(RESULTS):
-            update_readme(summary_table(*parts[:3]))
+            update_readme(summary_table(*parts[:3], th_res))
         print(f"wrote {args.out}")
         return 0
-    which = set(args.only or ["se", "phase", "icl"] + (["book"] if args.book else []))
+    which = set(args.only or ["se", "phase", "thresholds", "icl"] + (["book"] if args.book else []))
     t0 = time.perf_counter()
     q = args.quick
-    se_res = pd_res = icl_res = book_res = None
+    se_res = pd_res = th_res = icl_res = book_res = None
     if "se" in which:
         se_res = (
             bench_state_evolution(n_nodes=2, ref_nodes=8, candidates=(2, 4), repeats=1, baseline_max_iter=5)
@@ -603,6 +685,14 @@ def main(argv=None) -> int:
     if "phase" in which:
         pd_res = bench_phase_diagram(n_alpha=3, n_omega=2) if q else bench_phase_diagram()
         print(f"Phase diagram {pd_res['n_alpha']}x{pd_res['n_omega']}: {pd_res['time']:.1f} s", flush=True)
+    if "thresholds" in which:
+        th_res = bench_thresholds(n_nodes=6) if q else bench_thresholds()
+        for name in ("alpha_c", "alpha_l"):
+            r = th_res[name]
+            print(
+                f"{name}({th_res['omega']}): {r['time']:.1f} s, {r['speedup']:.1f}x the plain root finder",
+                flush=True,
+            )
     if "icl" in which:
         icl_res = (
             bench_icl(n_layers=2, batch_size=64, steps=2, repeats=1, batched_models=2) if q else bench_icl()
@@ -619,7 +709,7 @@ def main(argv=None) -> int:
         print(f"Book: {book_res['total']:.0f} s (within 10 min: {book_res['within_10_min']})", flush=True)
     wall = time.perf_counter() - t0
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    text = render(se_res, pd_res, icl_res, book_res, q, wall, load)
+    text = render(se_res, pd_res, icl_res, book_res, q, wall, load, th_res)
     Path(args.out).write_text(text)
     raw = {
         "quick": q,
@@ -627,11 +717,12 @@ def main(argv=None) -> int:
         "load": list(load),
         "state_evolution": se_res,
         "phase_diagram": pd_res,
+        "thresholds": th_res,
         "icl": icl_res,
         "book": book_res,
     }
     Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float) + "\n")
     if not q and args.out == str(RESULTS):
-        update_readme(summary_table(se_res, pd_res, icl_res))
+        update_readme(summary_table(se_res, pd_res, icl_res, th_res))
     print(f"wrote {args.out}")
     return 0

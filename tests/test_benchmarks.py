@@ -26,6 +26,8 @@ def test_smallest_benchmarks_run(tmp_path):
     assert se["baseline"]["iterations"] == 2 and math.isfinite(se["speedup_same_quadrature"])
     pd = bench.bench_phase_diagram(n_alpha=2, n_omega=1, n_jobs=1)
     assert pd["points"] == 2
+    th = bench.bench_thresholds(n_nodes=4)
+    assert th["alpha_c"]["root"] == pytest.approx(th["alpha_c"]["plain_root"], abs=2e-4)
     icl = bench.bench_icl(n_layers=2, batch_size=8, steps=1, repeats=1, batched_models=2)
     assert set(icl["params"]) == {"diag", "full"} and icl["peak"] > 0
     chapter = tmp_path / "c.md"
@@ -33,8 +35,8 @@ def test_smallest_benchmarks_run(tmp_path):
     chapter.write_text(f"---\n{header}---\n\n```{{code-cell}} ipython3\nx = 1 + 1\n```\n")
     book = bench.bench_book([chapter], timeout=60)
     assert book["chapters"][0]["ok"]
-    text = bench.render(se, pd, icl, book, quick=True, wall=1.0)
-    assert "Part II" in text and "Total" in text
+    text = bench.render(se, pd, icl, book, quick=True, wall=1.0, th_res=th)
+    assert "Part II" in text and "Total" in text and "the thresholds" in text
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb\n")
     assert (
