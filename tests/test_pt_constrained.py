@@ -64,12 +64,22 @@ def test_pt_constrained_and_pt_metastable_at_book_scale():
 
     rows = get("pt_constrained").fn(get("pt_constrained").config("book"), "cpu")
     fixed = [r for r in rows if r["kind"] == "fixed point"]
-    assert len(rows) == 3 * 5 and len(fixed) == 3  # 3 values, the fixed point and one check of its nodes
+    assert len(rows) == 4 * 5 and len(fixed) == 4  # 3 values, the fixed point and one check of its nodes
     # the positional branch at omega = 0.15, alpha = 1.79 has no fixed point with m > 0
-    assert [r["converged"] for r in fixed] == [True, True, False]
+    assert [r["converged"] for r in fixed] == [True, True, False, True]
     top = [r for r in rows if r["kind"] == "constrained" and r["value"] in (0.3, 0.5)]
     assert all(r["slope"] > 0 for r in top)  # the loss rises at the top of each grid
     config = get("pt_metastable").config("book") | {"steps": 400, "record_every": 200}
     rows = get("pt_metastable").fn(config, "cpu")
-    assert len(rows) == 3 * 2
+    assert len(rows) == 4 * 2
     assert all(np.isfinite(r["dtheta_last"]) and np.isfinite(r["eps_t"]) for r in rows)
+
+
+def test_a_warm_start_outside_the_basin_is_retried_from_the_default_start():
+    """At omega = 0.3, alpha = 0.8, theta/sigma^2 = 0.5 cannot be held from q = 0.057 (the overlap of
+    theta/sigma^2 = 0.25 there: theta^2 reaches sigma^2 q and the iteration overflows); from the
+    default start it converges (q near 0.08). The warm-started call must give the same answer, quickly."""
+    cold = se.constrained(0.8, 0.3, "semantic", 0.5, n_nodes=6)
+    warm = se.constrained(0.8, 0.3, "semantic", 0.5, n_nodes=6, init=(0.0569, 2.0))
+    assert cold.converged and warm.converged
+    assert warm.eps_t == pytest.approx(cold.eps_t, rel=1e-6) and warm.q > 0.07

@@ -220,8 +220,15 @@ def pt_correlated(config: dict, device: str) -> list[dict]:
     )
 
 
-# (omega, alpha, start) of issue 14: two metastable GD points and a control where GD and theory agree
-METASTABLE_POINTS = [[0.5, 1.19, "semantic"], [0.5, 1.19, "positional"], [0.15, 1.79, "positional"]]
+# (omega, alpha, start) of issue 14: two metastable GD points, a control where GD and theory agree,
+# and the semantic start at omega = 0.3, alpha = 0.8 (a target point of the issue, near the end of
+# the semantic branch)
+METASTABLE_POINTS = [
+    [0.5, 1.19, "semantic"],
+    [0.5, 1.19, "positional"],
+    [0.15, 1.79, "positional"],
+    [0.3, 0.8, "semantic"],
+]
 
 
 @experiment(

@@ -61,6 +61,9 @@ def constrained(
 
     The other equations are iterated with damping 1/2 from ``init = (q, V)`` (default
     (0.07, 2)) until the relative change of q and V is below ``tol``. ``slope`` is dε_t/d(value).
+    Where the overlap cannot be held at ``value`` (the iteration leaves q > 0, V > 0 or overflows
+    as θ² reaches σ² q), it stops at once: ``eps_t``, ``slope``, ``q`` and ``V`` are nan and
+    ``converged`` is False; from a given ``init`` it is first retried from the default start.
     """
     alpha, omega, sigma, lam, A = _check_common(alpha, omega, sigma, lam, A)
     branch = check_choice("branch", branch, BRANCHES)
@@ -90,13 +93,24 @@ def constrained(
     res = np.inf
     for it in range(max_iter):
         q_new, V_new, *_ = step(q, V, fresh=it % 4 == 0)
+        if not (np.isfinite(q_new) and np.isfinite(V_new) and q_new > 0 and V_new > 0):
+            # the overlap cannot be held at this value (θ² reaches σ² q): stop, not converged
+            q, V, res = float("nan"), float("nan"), float("inf")
+            break
         res = max(abs(q_new - q) / q, abs(V_new - V) / V)
         q, V = 0.5 * (q + q_new), 0.5 * (V + V_new)
         if res < tol:
             break
-    _, _, hats, e_min, gap = step(q, V, all_starts=True)
-    eps_t = -prob.phi((q, m, V, theta), hats, e_min)
-    slope = gap * s2 if semantic else gap  # dε_t/d(θ/σ²) = σ² dε_t/dθ
+    if not np.isfinite(q) and init is not None:  # a warm start outside the basin: start afresh
+        return constrained(
+            alpha, omega, branch, value, sigma, lam, A, n_nodes=n_nodes, tol=tol, max_iter=max_iter
+        )
+    if np.isfinite(q):
+        _, _, hats, e_min, gap = step(q, V, all_starts=True)
+        eps_t = -prob.phi((q, m, V, theta), hats, e_min)
+        slope = gap * s2 if semantic else gap  # dε_t/d(θ/σ²) = σ² dε_t/dθ
+    else:
+        eps_t = slope = float("nan")
     return Constrained(
         alpha,
         omega,
