@@ -2,7 +2,8 @@
 
 α_c(ω) is where the semantic branch's training loss drops below the positional one's; α_l(ω) where
 the semantic branch's test error drops below ε_lin, the error of the best positional linear model.
-Both are roots found by ``scipy.optimize.brentq`` after a coarse scan of the bracket.
+Both are roots found by ``scipy.optimize.brentq`` after a coarse scan of the bracket, each solve
+warm-started from the nearest one already made on its branch, and first on 8 nodes.
 """
 
 from __future__ import annotations
@@ -87,11 +88,8 @@ def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
     return ref
 
 
-def _bracket_root(fun, lo, hi, n_grid, xtol):
-    """Scan ``fun`` on ``n_grid`` points of [lo, hi]; Brent's method on the first sign change.
-
-    Values are remembered, so Brent's method does not solve again at the scan's end points.
-    """
+def _remembered(fun):
+    """``fun`` of one float, each value computed once."""
     seen = {}
 
     def f(a):
@@ -100,6 +98,15 @@ def _bracket_root(fun, lo, hi, n_grid, xtol):
             seen[a] = fun(a)
         return seen[a]
 
+    return f
+
+
+def _bracket_root(fun, lo, hi, n_grid, xtol):
+    """Scan ``fun`` on ``n_grid`` points of [lo, hi]; Brent's method on the first sign change.
+
+    Values are remembered, so Brent's method does not solve again at the scan's end points.
+    """
+    f = _remembered(fun)
     grid = np.linspace(lo, hi, n_grid)
     vals = [f(a) for a in grid]
     for i in range(n_grid - 1):
@@ -113,24 +120,17 @@ WARM_WITHIN = 0.3  # a new α starts from the nearest solved α of its branch at
 
 
 def _guided_root(fine, coarse, lo, hi, n_grid, xtol):
-    """The root of ``fine`` in the first sign change of the scan, located with a cheaper ``coarse``.
+    """A root of ``fine`` to ``xtol``, located with a cheaper ``coarse`` (the same difference on fewer nodes).
 
-    The scan and a rough Brent root (to 1e-3) use ``coarse`` (the same difference on fewer
-    nodes). ``fine`` is then evaluated at the ends of the coarse scan's interval; if its signs
+    The scan and a rough Brent root (to 1e-3) use ``coarse``, in the first interval of the scan
+    where ``coarse`` changes sign. ``fine`` is then evaluated at that interval's ends; if its signs
     differ there, Brent's method runs on a bracket of half-width 0.01 around the rough root when
     that brackets a sign change of ``fine``, else on the whole interval. Otherwise (no coarse
     sign change, or the fine signs agree at the interval's ends: the coarse rule can misplace a
     root where the two sides nearly touch, as at small ω) ``fine`` is scanned on the grid as in
     :func:`_bracket_root`. The result is a root of ``fine`` to ``xtol`` in every case.
     """
-    seen = {}
-
-    def f(a):
-        a = float(a)
-        if a not in seen:
-            seen[a] = fine(a)
-        return seen[a]
-
+    f = _remembered(fine)
     if coarse is not None:
         grid = np.linspace(lo, hi, n_grid)
         rough = _bracket_root(coarse, lo, hi, n_grid, max(xtol, 1e-3))
@@ -221,8 +221,10 @@ def alpha_c(
     """α_c(ω): root of ε_t(semantic) - ε_t(positional) (brentq); ``nan`` if none in ``bracket``.
 
     The bracket is first scanned on ``n_grid`` points and Brent's method runs on the first
-    interval with a sign change. ``method="authors"`` solves with :func:`solve_authors`;
-    ``kwargs`` go to the solver.
+    interval with a sign change. With the converged solver every solve is warm-started (see
+    :class:`_Branch`), and on more than ``COARSE_NODES`` nodes the root is first located on
+    ``COARSE_NODES`` (see :func:`_guided_root`). ``method="authors"`` solves every α cold with
+    :func:`solve_authors`; ``kwargs`` go to the solver.
     """
     omega, lo, hi, n_grid, solver = _threshold_args(omega, bracket, n_grid, method, kwargs)
     fine, coarse = _branches(solver, omega, BRANCHES, sigma, lam, A, kwargs, method)
