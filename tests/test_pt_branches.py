@@ -156,20 +156,26 @@ def _select(rows, kind, branch, direction=None):
 
 def test_semantic_branch_is_stable_where_found_and_ends_where_theta_collapses(branches):
     """Followed down from alpha = 1.1, the semantic branch is stable (mu_max < 1) while found, loses
-    theta continuously and ends near 0.657 (8 nodes; 0.65-0.70 in the continuation test above),
-    with mu_max near 1 at its last point; one step past the end theta is gone."""
+    theta and ends between 0.65 and 0.67 (8 nodes; 0.65-0.70 in the continuation test above), with
+    mu_max above 0.9 at its last point; one step past the end a fresh solve does not find it.
+
+    Where in that interval the bisection stops depends on the CPU: at alpha = 0.659375 (one of its
+    midpoints) the iteration converged on the machine this test was first written on (its bracket
+    was [0.65625, 0.6625]); on an AMD EPYC, warm-started from alpha = 0.66875 (theta/sigma^2 =
+    0.05, converged in 17 iterations) it cycles for 500 iterations (residual 2e-3, theta/sigma^2
+    still 0.04), and so does a fresh solve, so the bracket is [0.659375, 0.66875]; at 0.6547 theta
+    has collapsed."""
     curve = _select(branches, "curve", "semantic", "down")
     on = [r for r in curve if r["on_branch"]]
     assert [r["alpha"] for r in on] == [1.1, 0.8]  # not at 0.5
     assert all(r["mu_max"] < 1 for r in on) and on[0]["mu_max"] < on[1]["mu_max"]
     assert on[0]["theta_over_sigma2"] > on[1]["theta_over_sigma2"] > 0.1
     (end,) = _select(branches, "end", "semantic", "down")
-    # 8 nodes: the bracket from the book grid (0.5 to 2.0) is [0.65625, 0.6625]
-    assert end["alpha_off"] < 0.657 < end["alpha_on"]
-    assert 0 < end["alpha_on"] - end["alpha_off"] <= 0.01
+    assert 0.65 < end["alpha_off"] < end["alpha_on"] < 0.67
+    assert end["alpha_on"] - end["alpha_off"] <= 0.01
     assert 0.9 < end["mu_max"] < 1 and end["theta_over_sigma2"] < 0.1  # marginal, theta nearly gone
     past = se.solve(end["alpha_off"], 0.3, "semantic", n_nodes=8)
-    assert past.theta_over_sigma2 < 1e-3
+    assert not past.converged or past.theta_over_sigma2 < 1e-3  # not found there (see above)
 
 
 def test_branches_agree_in_both_directions_and_positional_does_not_end(branches):
