@@ -143,6 +143,9 @@ def _decay_rate(t, L, lo: float, hi: float) -> float:
     return float(-np.polyfit(t[sel], np.log(L[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
 
 
+FIT_RTOL, FIT_ATOL = 1e-13, 1e-16  # rate_sweep's integration tolerances (see there)
+
+
 def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: float = 40.0) -> list[dict]:
     """Asymptotic rate of the loss against the init scale ``sigma``, predicted and measured (chapter 3).
 
@@ -152,6 +155,10 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
     between 1e-16 and 1e-9. ``l_tf``: predicted from the Hessian at the limit point; measured on
     the whole loss. The flow runs to ``horizon / predicted``. Each row also has the rate for the
     mean ``delta_k = -(d - 1) sigma^2`` (``l_df`` only) and the time at which the loss first falls below 1e-8.
+
+    The ``l_df`` flow is integrated to ``FIT_RTOL``, ``FIT_ATOL``, tighter than the default: the fit
+    reads one column's loss down to 1e-16. At the default (1e-11, 1e-13), d = 26, sigma = 0.3 measured 0.977 of the
+    predicted rate on one machine, and 0.99995 at these tolerances.
     """
     d = check_int("d", d, minimum=2)
     horizon = check_positive("horizon", horizon)
@@ -172,7 +179,7 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
             predicted = dn.asymptotic_rate(*dn.limit_point(Q0, v0, M, S=S), M, S)
         t = np.linspace(0, horizon / predicted, 800)
         if S is None:
-            Q, v = dn.gradient_flow(Q0, v0, M, t)
+            Q, v = dn.gradient_flow(Q0, v0, M, t, rtol=FIT_RTOL, atol=FIT_ATOL)
             L = dn.l_df(Q, v, M)
             measured = _decay_rate(
                 t, 0.5 * np.sum((Q[:, :, k] * v[:, k : k + 1] - M[:, k]) ** 2, axis=1), 1e-16, 1e-9
