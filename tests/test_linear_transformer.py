@@ -348,3 +348,54 @@ def test_hand_written_backward_in_chunks_of_models():
         auto = _gradients(model, G, e_t, ybar, data_grad=True)
         for h, a in zip(hand, auto, strict=True):
             assert float(a.norm()) > 1e-3 and float((h - a).norm() / a.norm()) < 1e-12
+
+
+def test_gram_kernel_is_built_where_a_compiler_is():
+    """Where the machine has a C compiler the DIAG/GD++ kernel must be built (a silent fallback to
+    the torch code would only show as a slower trainer)."""
+    import shutil
+
+    from attnlab.models import gram_kernel
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    for dtype in (torch.float32, torch.float64):
+        for d in (D, 10):
+            assert gram_kernel.available(dtype, d)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+def test_gram_kernel_equals_the_torch_gram_form(dtype, rtol):
+    """The compiled DIAG/GD++ kernel gives the readouts and omega gradients of GramForward (the torch
+    code, itself checked against autograd above): several depths, model counts, data shared by the
+    models or one set per model, batch sizes that leave a partial block of lanes; generic omegas
+    (``T`` far from ``I``) and a generic upstream gradient on every layer's readout."""
+    from attnlab.models import gram_kernel
+    from attnlab.models.gram_backward import GramForward, padded_state
+
+    if not gram_kernel.available(dtype, D):
+        pytest.skip("the kernel is not built on this machine")
+    cases = [(1, 1, 1, True, 0), (3, 3, 37, False, 1), (2, 7, 64, True, 2), (1, 5, 13, False, 3)]
+    for M, L, B, shared, seed in cases:
+        gen = torch.Generator().manual_seed(seed)
+        data = sample_regression(B, D, N, noise="uniform:1", generator=seed, dtype=dtype)
+        X = padded_state(*gram_inputs(data.X, data.y, data.x_query))[None]
+        if not shared:
+            X = X * (1 + 0.5 * torch.rand(M, 1, 1, 1, generator=gen, dtype=dtype))
+        om = (0.5 / L * torch.randn(M, L, 4, generator=gen, dtype=dtype) / X.abs().amax()).requires_grad_()
+        ybar = torch.randn(M, L + 1, B, generator=gen, dtype=dtype)
+        y_torch = GramForward.apply("omega", X.expand(M, -1, -1, -1).contiguous(), om)
+        assert float(y_torch[:, 1:].detach().abs().amax()) > 1e-2 and torch.isfinite(y_torch).all()
+        y_kernel = gram_kernel.GramKernel.apply(X, om)
+        (g_torch,) = torch.autograd.grad((y_torch * ybar).sum(), om)
+        (g_kernel,) = torch.autograd.grad((y_kernel * ybar).sum(), om)
+        y_torch, y_kernel = y_torch.detach(), y_kernel.detach()
+        assert float((y_kernel - y_torch).abs().amax() / y_torch.abs().amax()) < rtol, (M, L, B)
+        assert float((g_kernel - g_torch).norm() / g_torch.norm()) < rtol, (M, L, B)
+    # the model takes the kernel in training (omega gradient) and in evaluation (no gradient)
+    model = LinearTransformer(D, 2, 1, "diag", batch_shape=(2,), init_scale=0.05, seed=4, dtype=dtype)
+    G, e_t = gram_inputs(data.X, data.y, data.x_query)
+    with torch.no_grad():
+        y = model.gram_forward(G, e_t)
+    ref = model.gram_forward(G.requires_grad_(True), e_t)  # data gradient: autograd through torch
+    assert float((y - ref).detach().abs().amax() / ref.detach().abs().amax()) < rtol

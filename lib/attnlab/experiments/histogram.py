@@ -157,8 +157,8 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
     mean ``delta_k = -(d - 1) sigma^2`` (``l_df`` only) and the time at which the loss first falls below 1e-8.
 
     The ``l_df`` flow is integrated to ``FIT_RTOL``, ``FIT_ATOL``, tighter than the default: the fit
-    reads one column's loss down to 1e-16. At the default (1e-11, 1e-13), d = 26, sigma = 0.3 measured 0.977 of the
-    predicted rate on one machine, and 0.99995 at these tolerances.
+    reads one column's loss down to 1e-16. At the default (1e-11, 1e-13), d = 26, sigma = 0.3
+    measured 0.977 of the predicted rate on one machine, and 0.99995 at these tolerances.
     """
     d = check_int("d", d, minimum=2)
     horizon = check_positive("horizon", horizon)

@@ -246,10 +246,11 @@ def pt_branches(config: dict, device: str) -> list[dict]:
     also stop meeting ``tol`` on a branch that is still there; the bracket then marks where the
     solver loses the branch, not a spinodal. ``mu_max`` and the order parameter at ``alpha_on`` tell
     which: near 1 and near 0 at a pitchfork. At ω = 0.3 the semantic branch ends by θ -> 0 at 8
-    nodes (between α = 0.65 and 0.67: where exactly depends on whether the iteration converges near
-    θ/σ² = 0.04, which differs between CPUs); at 20 nodes the iteration stops converging near α = 0.75 with θ/σ²
-    still about 0.17 and ``mu_max`` about 0.93 (a lost branch). The positional branch does not end
-    on the grid. A sweep that stays on its branch to the end of the grid has no row.
+    nodes (between α = 0.65 and 0.67: where exactly depends on whether the iteration converges
+    near θ/σ² = 0.04, which differs between CPUs); at 20 nodes the iteration stops converging near
+    α = 0.75 with θ/σ² still about 0.17 and ``mu_max`` about 0.93 (a lost branch). The positional
+    branch does not end on the grid. A sweep that stays on its branch to the end of the grid has no
+    row.
     """
     from attnlab.theory import phase_transition as se
 

@@ -1,0 +1,137 @@
+"""The Gram form of DIAG and GD++ (``kind="omega"``) as a compiled CPU kernel, ``gram_kernel.c``.
+
+The algorithm is :class:`~attnlab.models.gram_backward.GramForward`'s, forward and hand-written
+backward; the tests check the two against each other and against autograd. What differs is the
+order of the loops. Torch runs one layer for every sequence at a time: each ``12 x 12`` product is
+a batched GEMM of MKL (about a sixth of the float32 matmul peak on one core at this size), and
+the states of all layers go to memory and are read back by the backward pass. The kernel holds
+``W`` sequences side by side (``[D+1][D+1][W]``, one vector register per matrix entry), takes
+them through every layer and back while they stay in the core's cache, and recomputes their
+forward pass in the backward pass instead of storing it.
+
+It is compiled at first use with the system's C compiler (``cc``, ``-O3 -march=native``) into a
+cache directory (``$ATTNLAB_CACHE`` or ``~/.cache/attnlab``), one library per dtype and ``d``;
+:func:`available` says whether that worked. Where it did not (no compiler, another device,
+another dtype), :meth:`~attnlab.models.LinearTransformer.gram_forward` uses the torch code.
+Set ``ATTNLAB_GRAM_KERNEL=0`` to turn the kernel off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("gram_kernel.c")
+CFLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-std=c11", "-fPIC", "-shared")
+_LANES = {torch.float32: 8, torch.float64: 4}  # one 256-bit vector register
+_REAL = {torch.float32: "float", torch.float64: "double"}
+
+
+def _cpu_flags() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((line for line in info.splitlines() if line.startswith("flags")), "")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ATTNLAB_CACHE") or Path.home() / ".cache" / "attnlab") / "gram_kernel"
+
+
+@functools.cache
+def _library(dtype: torch.dtype, Dp: int):
+    """The compiled kernel for ``dtype`` and padded size ``Dp = d + 2``, or ``None`` if it cannot be built."""
+    if os.environ.get("ATTNLAB_GRAM_KERNEL", "1") == "0" or dtype not in _LANES:
+        return None
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        return None
+    defines = (f"-DREAL={_REAL[dtype]}", f"-DDP={Dp}", f"-DW={_LANES[dtype]}")
+    # -march=native: the library is for this CPU (the key holds its flags) and this source
+    key = hashlib.sha256(
+        SOURCE.read_bytes() + " ".join((cc, *CFLAGS, *defines, _cpu_flags())).encode()
+    ).hexdigest()[:16]
+    path = _cache_dir() / f"gram_{_REAL[dtype]}_{Dp}_{key}.so"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # atomic: parallel test workers
+                out = Path(tmp) / path.name
+                cmd = [cc, *CFLAGS, *defines, str(SOURCE), "-o", str(out)]
+                if subprocess.run(cmd, capture_output=True).returncode != 0:
+                    return None
+                os.replace(out, path)
+        lib = ctypes.CDLL(str(path))
+    except OSError:  # no writable cache, or a library that does not load
+        return None
+    p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
+    lib.gram_forward.argtypes = [i, i, n, p, n, p, p, p]
+    lib.gram_backward.argtypes = [i, i, n, p, n, p, p, p, p]
+    lib.gram_work_size.argtypes, lib.gram_work_size.restype = [i], n
+    return lib
+
+
+def available(dtype=torch.float32, d: int = 10) -> bool:
+    """Whether the kernel for ``dtype`` and dimension ``d`` is compiled and loaded."""
+    return _library(dtype, d + 2) is not None
+
+
+def usable(kind: str, G: torch.Tensor, w) -> bool:
+    """Whether :class:`GramKernel` can run the Gram form of ``kind`` on the Gram matrices
+    ``G [..., d+1, d+1]`` with the weights ``w``: ``kind="omega"`` (DIAG, GD++), CPU tensors of one
+    supported dtype, the kernel built. (FULL is not in the kernel: its products with the weights,
+    shared by the batch, are large GEMMs in the torch code, which a per-sequence kernel was slower
+    at.)"""
+    return (
+        kind == "omega"
+        and G.device.type == "cpu"
+        and all(t.device.type == "cpu" and t.dtype == G.dtype for t in w)
+        and _library(G.dtype, G.shape[-1] + 1) is not None
+    )
+
+
+def _ptr(t: torch.Tensor):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def _args(X, om):
+    M, L = om.shape[0], om.shape[1]
+    B, Dp = X.shape[1], X.shape[-1]
+    lib = _library(X.dtype, Dp)
+    work = torch.empty(lib.gram_work_size(L), dtype=X.dtype)
+    stride = 0 if X.shape[0] == 1 else B * Dp * Dp  # one data set shared by every model
+    return lib, (M, L, B, _ptr(X), stride, _ptr(om)), work
+
+
+class GramKernel(torch.autograd.Function):
+    """Readouts ``[M, L+1, B]`` of ``M`` DIAG or GD++ models, as :class:`GramForward` with ``kind="omega"``.
+
+    ``X [M or 1, B, D+1, D+1]`` the :func:`~attnlab.models.gram_backward.padded_state` (``1``:
+    shared by every model), ``om [M, L, 4]`` the omegas. Gradients flow to ``om`` only.
+    """
+
+    @staticmethod
+    def forward(ctx, X, om):
+        X, om = X.detach().contiguous(), om.detach().contiguous()
+        lib, head, work = _args(X, om)
+        y = torch.empty(om.shape[0], om.shape[1] + 1, X.shape[1], dtype=X.dtype)
+        lib.gram_forward(*head, _ptr(y), _ptr(work))
+        ctx.save_for_backward(X, om)
+        return y
+
+    @staticmethod
+    def backward(ctx, ybar):
+        X, om = ctx.saved_tensors
+        lib, head, work = _args(X, om)
+        gom = torch.empty_like(om)
+        lib.gram_backward(*head, _ptr(ybar.contiguous()), _ptr(gom), _ptr(work))
+        return None, gom
