@@ -193,7 +193,7 @@ def flops_trainer(param: str, L: int, H: int, B: int, d: int, n: int) -> float:
     """Useful FLOPs of one training step of one model in the trainer (multiply-add = 2 FLOPs).
 
     Counted from :mod:`attnlab.models.gram_backward` with ``D = d+1`` (the padding to ``D+1``
-    that the code runs is not counted, nor the DIAG kernel's recomputed forward pass): the context Gram matrix ``EᵀE`` (2·B·n·D²); forward per
+    that the code runs is not counted, nor the kernel's recomputed forward pass): the context Gram matrix ``EᵀE`` (2·B·n·D²); forward per
     layer ``T G Tᵀ`` (4·B·D³, not after the last layer), ``T e`` (2·B·D²), FULL's
     ``Σ_k P_k G Q_k`` (4·B·D³ per head); backward ``S T G`` (2·B·D³, not for the last layer),
     ``Tᵀ S T`` (4·B·D³, not for the first and last layers), FULL's weight gradients (8·B·D³ per
@@ -250,7 +250,7 @@ def small_matmul_rate(B: int = 2048, D: int = 12, repeats: int = 20, clock: str 
 
 
 def kernel_build_time(d: int) -> float | None:
-    """Seconds to build the float32 DIAG kernel for ``d`` from scratch (an empty cache), or ``None``."""
+    """Seconds to build the float32 Gram kernel for ``d`` from scratch (an empty cache), or ``None``."""
     import tempfile
 
     from attnlab.models import gram_kernel
@@ -577,8 +577,8 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             f"{icl_res['n_layers']} layers, one head, float32, **every code on {icl_res['threads']} torch thread(s)**; "
             f"milliseconds ({'CPU time of the process' if icl_res.get('clock') == 'cpu' else 'wall time'}) per step, median of {icl_res['repeats']} interleaved runs of {icl_res['steps']} steps "
             "(spread (max - min) / median in brackets). Trainer: `attnlab.icl_training.train_icl` (Gram form with a "
-            "hand-written backward pass: for DIAG the compiled kernel `attnlab.models.gram_kernel`, for FULL the torch "
-            "code `attnlab.models.gram_backward`; the library's loop and Adam); fixed batch: the same "
+            "hand-written backward pass in the compiled kernel `attnlab.models.gram_kernel`; the library's loop and "
+            "Adam); fixed batch: the same "
             "step on one batch (no sampling). Naive: one `LinearTransformer` through its token form, autograd, "
             "`torch.optim.Adam` (`benchmarks/icl_reference.py: train_naive`); reference: the per-head token form "
             f"(`train_reference`). Batched: {icl_res['batched_models']} models (noise settings) in one `train_icl` call, "
@@ -589,14 +589,14 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             f"count: {icl_res['peak'] / 1e9:.1f} GFLOP/s. The rate of one `torch.bmm` of {icl_res['batch_size']} "
             f"independent {icl_res['d'] + 2}×{icl_res['d'] + 2} products, the kind the trainer's per-sequence "
             f"products are, was {icl_res.get('small_matmul', float('nan')) / 1e9:.1f} GFLOP/s "
-            f"({100 * icl_res.get('small_matmul', float('nan')) / icl_res['peak']:.0f}% of the peak). The DIAG kernel "
+            f"({100 * icl_res.get('small_matmul', float('nan')) / icl_res['peak']:.0f}% of the peak). The kernel "
             "recomputes each block's forward pass in the backward pass (its states stay in the cache); that "
             "recomputation is not counted as useful. "
             + (
                 f"Building the kernel (the C compiler, once per dtype and d, then cached) took "
                 f"{icl_res['kernel_build_s']:.1f} s in this run."
                 if icl_res.get("kernel_build_s") is not None
-                else "The kernel could not be built on this machine: DIAG ran the torch code."
+                else "The kernel could not be built on this machine: the trainer ran the torch code."
             ),
             "",
             "| Model | Trainer fresh | Naive fresh | Ratio | Trainer fixed | Naive fixed | Ratio | Reference fresh (ratio) "

@@ -364,38 +364,48 @@ def test_gram_kernel_is_built_where_a_compiler_is():
             assert gram_kernel.available(dtype, d)
 
 
+@pytest.mark.parametrize("kind", ["omega", "full"])
 @pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
-def test_gram_kernel_equals_the_torch_gram_form(dtype, rtol):
-    """The compiled DIAG/GD++ kernel gives the readouts and omega gradients of GramForward (the torch
-    code, itself checked against autograd above): several depths, model counts, data shared by the
-    models or one set per model, batch sizes that leave a partial block of lanes; generic omegas
-    (``T`` far from ``I``) and a generic upstream gradient on every layer's readout."""
+def test_gram_kernel_equals_the_torch_gram_form(kind, dtype, rtol):
+    """The compiled kernel gives the readouts and weight gradients of GramForward (the torch code,
+    itself checked against autograd above), for DIAG/GD++ and FULL: several depths, heads, model
+    counts, data shared by the models or one set per model, batch sizes that leave a partial block
+    of lanes; generic weights (``T`` far from ``I``) and a generic upstream gradient on every
+    layer's readout."""
     from attnlab.models import gram_kernel
     from attnlab.models.gram_backward import GramForward, padded_state
 
     if not gram_kernel.available(dtype, D):
         pytest.skip("the kernel is not built on this machine")
-    cases = [(1, 1, 1, True, 0), (3, 3, 37, False, 1), (2, 7, 64, True, 2), (1, 5, 13, False, 3)]
-    for M, L, B, shared, seed in cases:
+    cases = [(1, 1, 1, 1, True, 0), (3, 3, 2, 37, False, 1), (2, 7, 1, 64, True, 2), (1, 5, 3, 13, False, 3)]
+    for M, L, H, B, shared, seed in cases:
         gen = torch.Generator().manual_seed(seed)
         data = sample_regression(B, D, N, noise="uniform:1", generator=seed, dtype=dtype)
         X = padded_state(*gram_inputs(data.X, data.y, data.x_query))[None]
         if not shared:
             X = X * (1 + 0.5 * torch.rand(M, 1, 1, 1, generator=gen, dtype=dtype))
-        om = (0.5 / L * torch.randn(M, L, 4, generator=gen, dtype=dtype) / X.abs().amax()).requires_grad_()
+        scale = 0.5 / L / X.abs().amax()  # K(G) of order 0.5 / L
+        if kind == "omega":
+            w = [scale * torch.randn(M, L, 4, generator=gen, dtype=dtype)]
+        else:
+            shape = (M, L, H, D + 1, D + 1)
+            w = [(scale / H) ** 0.5 * torch.randn(*shape, generator=gen, dtype=dtype) for _ in "PQ"]
+        w = [t.requires_grad_() for t in w]
         ybar = torch.randn(M, L + 1, B, generator=gen, dtype=dtype)
-        y_torch = GramForward.apply("omega", X.expand(M, -1, -1, -1).contiguous(), om)
-        assert float(y_torch[:, 1:].detach().abs().amax()) > 1e-2 and torch.isfinite(y_torch).all()
-        y_kernel = gram_kernel.GramKernel.apply(X, om)
-        (g_torch,) = torch.autograd.grad((y_torch * ybar).sum(), om)
-        (g_kernel,) = torch.autograd.grad((y_kernel * ybar).sum(), om)
+        y_torch = GramForward.apply(kind, X.expand(M, -1, -1, -1).contiguous(), *w)
+        y_kernel = gram_kernel.GramKernel.apply(kind, X, *w)
+        g_torch = torch.autograd.grad((y_torch * ybar).sum(), w)
+        g_kernel = torch.autograd.grad((y_kernel * ybar).sum(), w)
         y_torch, y_kernel = y_torch.detach(), y_kernel.detach()
-        assert float((y_kernel - y_torch).abs().amax() / y_torch.abs().amax()) < rtol, (M, L, B)
-        assert float((g_kernel - g_torch).norm() / g_torch.norm()) < rtol, (M, L, B)
-    # the model takes the kernel in training (omega gradient) and in evaluation (no gradient)
-    model = LinearTransformer(D, 2, 1, "diag", batch_shape=(2,), init_scale=0.05, seed=4, dtype=dtype)
+        assert float(y_torch[:, 1:].abs().amax()) > 1e-2 and torch.isfinite(y_torch).all()
+        assert float((y_kernel - y_torch).abs().amax() / y_torch.abs().amax()) < rtol, (M, L, H, B)
+        for gk, gt in zip(g_kernel, g_torch, strict=True):
+            assert float(gt.norm()) > 1e-3 and float((gk - gt).norm() / gt.norm()) < rtol, (M, L, H, B)
+    # the model takes the kernel in training (weight gradient) and in evaluation (no gradient)
+    param = "diag" if kind == "omega" else "full"
+    model = LinearTransformer(D, 2, 1, param, batch_shape=(2,), init_scale=0.05, seed=4, dtype=dtype)
     G, e_t = gram_inputs(data.X, data.y, data.x_query)
     with torch.no_grad():
         y = model.gram_forward(G, e_t)
-    ref = model.gram_forward(G.requires_grad_(True), e_t)  # data gradient: autograd through torch
-    assert float((y - ref).detach().abs().amax() / ref.detach().abs().amax()) < rtol
+    ref = model.gram_forward(G.requires_grad_(True), e_t).detach()  # data gradient: autograd, torch
+    assert float((y - ref).abs().amax() / ref.abs().amax()) < rtol

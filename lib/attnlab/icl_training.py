@@ -8,9 +8,9 @@ hundreds of tiny models. :func:`train_icl` builds, for every (parameterization, 
 and Adam (an elementwise update) treats the models exactly as if they were trained one by one.
 The forward pass is each model's fast exact form (Gram form, spectral for GD++), whose inputs are
 computed once per step for all of them (:func:`attnlab.models.fast_inputs`); the Gram form's
-backward pass is written by hand: for DIAG in the compiled kernel of
-:mod:`attnlab.models.gram_kernel` (every model in one call), for FULL in torch
-(:mod:`attnlab.models.gram_backward`, a few models per call).
+backward pass is written by hand, in the compiled kernel of :mod:`attnlab.models.gram_kernel`
+(every model in one call; :mod:`attnlab.models.gram_backward`, the same in torch, where the kernel
+is not built).
 
 Data: every step draws fresh sequences for every (noise setting, seed) from the seed's own
 stream (:func:`attnlab.tasks.icl_regression.sample_regression`), and every (parameterization,

@@ -1,17 +1,20 @@
-/* The Gram form of the DIAG and GD++ linear transformers (T = I + Omega' o X), forward and backward,
- * for attnlab.models.gram_kernel. The algorithm is attnlab.models.gram_backward's (kind "omega"),
- * line by line; only the order of the loops differs.
+/* The Gram form of the linear transformers, forward and backward, for attnlab.models.gram_kernel:
+ * DIAG and GD++ (kind "omega", T = I + Omega' o X) and FULL (kind "full", T = I + sum_h P'_h X Q'_h).
+ * The algorithm is attnlab.models.gram_backward's, line by line; only the order of the loops differs.
  *
  * Compiled at first use with -DREAL=float|double -DDP=<d+2> -DW=<lanes>. A block of W sequences
  * is held as [DP][DP][W] (the sequence index last), so every statement over the lanes is one
  * vector instruction, and a block's states of every layer stay in the core's cache: the
  * backward pass recomputes the block's forward pass instead of reading it back from memory.
+ * FULL's weights, shared by the sequences, are copied once per model into every lane
+ * ([DP][DP][W]), so that their products are the same per-lane products as the others.
  *
  * X0    [M or 1][B][DP][DP]   the padded state (padded_state), batch first, as torch holds it
- * om    [M][L][4]             the omegas (xx, xy, yx, yy) of every model and layer
+ * w0    omega: [M][L][4], the omegas (xx, xy, yx, yy) of every model and layer; full: P [M][L][H][D][D]
+ * w1    full: Q [M][L][H][D][D] (D = DP - 1); omega: unused
  * y     [M][L+1][B]           the readouts -X_l[a][q] (forward)
  * ybar  [M][L+1][B]           their upstream gradient (backward)
- * gom   [M][L][4]             the omegas' gradient (backward, overwritten)
+ * g0,g1 the gradients of w0, w1 (backward, overwritten)
  */
 #include <stddef.h>
 #include <string.h>
@@ -88,61 +91,123 @@ static void load(const real *X0, ptrdiff_t b0, int n, real *X) {
     }
 }
 
-/* The forward pass of one block; states X_l, T_l, (T X)_l of every layer into Xs, Ts, TXs. */
-static void forward_block(int L, const real *Om, real *Xs, real *Ts, real *TXs, real *y, ptrdiff_t ystride, int n) {
-    for (int v = 0; v < n; v++) y[v] = -AT(Xs, A_, Q_)[v];
-    for (int l = 0; l < L; l++) {
-        real *X = Xs + l * MAT, *T = Ts + l * MAT, *TX = TXs + l * MAT;
-        const real *Ol = Om + l * DP * DP;
-        for (int i = 0; i < DP; i++) /* T = I + Omega' o X */
-            for (int j = 0; j < DP; j++) {
-                real w = Ol[i * DP + j], *t = AT(T, i, j);
-                const real *x = AT(X, i, j);
-                for (int v = 0; v < W; v++) t[v] = w * x[v] + (i == j);
-            }
-        mm(T, X, TX);
-        for (int v = 0; v < n; v++) y[(l + 1) * ystride + v] = -AT(TX, A_, Q_)[v];
-        if (l < L - 1) mm_nt(TX, T, Xs + (l + 1) * MAT);
+/* FULL's P'_h or Q'_h of every layer ([L][H][D][D], zero padded) copied into every lane: [L][H][DP][DP][W]. */
+static void expand(int LH, const real *src, real *dst) {
+    int D = DP - 1;
+    memset(dst, 0, (size_t)LH * MAT * sizeof(real));
+    for (int lh = 0; lh < LH; lh++)
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < D; j++)
+                for (int v = 0; v < W; v++) AT(dst + lh * MAT, i, j)[v] = src[(lh * D + i) * D + j];
+}
+
+/* Adds the sum over the lanes of A [DP][DP][W] to G [DP][DP]. */
+static void add_lanes(const real *restrict A, real *restrict G) {
+    for (int ij = 0; ij < DP * DP; ij++) {
+        real s = 0;
+        for (int v = 0; v < W; v++) s += A[ij * W + v];
+        G[ij] += s;
     }
 }
 
-/* The number of reals of work space gram_forward and gram_backward need for L layers: Xs, Ts, TXs
- * (L each), S, Tbar, tmp and the block's readouts. */
-ptrdiff_t gram_work_size(int L) { return (ptrdiff_t)(3 * L + 3) * MAT + (L + 1) * W; }
+/* The weights of one model: Om [L][DP][DP] (omega), or Pe, Qe [L][H][DP][DP][W] (full, H heads). */
+typedef struct {
+    int L, H;
+    const real *Om, *Pe, *Qe;
+} Weights;
 
-void gram_forward(int M, int L, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride, const real *om,
-                  real *y, real *work) {
-    real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT;
+/* T = I + K(X) of layer l; FULL uses tmp[0 .. 2 MAT). */
+static void operator_T(const Weights *w, int l, const real *X, real *restrict T, real *restrict tmp) {
+    if (w->Om) {
+        const real *Ol = w->Om + l * DP * DP;
+        for (int i = 0; i < DP; i++) /* Omega' o X */
+            for (int j = 0; j < DP; j++) {
+                real o = Ol[i * DP + j], *t = AT(T, i, j);
+                const real *x = AT(X, i, j);
+                for (int v = 0; v < W; v++) t[v] = o * x[v];
+            }
+    } else {
+        for (int h = 0; h < w->H; h++) { /* sum_h P'_h (X Q'_h) */
+            mm(X, w->Qe + (l * w->H + h) * MAT, tmp);
+            mm(w->Pe + (l * w->H + h) * MAT, tmp, h ? tmp + MAT : T);
+            if (h)
+                for (int e = 0; e < MAT; e++) T[e] += tmp[MAT + e];
+        }
+    }
+    for (int i = 0; i < DP; i++)
+        for (int v = 0; v < W; v++) AT(T, i, i)[v] += 1;
+}
+
+/* The forward pass of one block; states X_l, T_l, (T X)_l of every layer into Xs, Ts, TXs. */
+static void forward_block(const Weights *w, real *Xs, real *Ts, real *TXs, real *tmp, real *y,
+                          ptrdiff_t ystride, int n) {
+    for (int v = 0; v < n; v++) y[v] = -AT(Xs, A_, Q_)[v];
+    for (int l = 0; l < w->L; l++) {
+        real *X = Xs + l * MAT, *T = Ts + l * MAT, *TX = TXs + l * MAT;
+        operator_T(w, l, X, T, tmp);
+        mm(T, X, TX);
+        for (int v = 0; v < n; v++) y[(l + 1) * ystride + v] = -AT(TX, A_, Q_)[v];
+        if (l < w->L - 1) mm_nt(TX, T, Xs + (l + 1) * MAT);
+    }
+}
+
+/* The number of reals of work space gram_forward and gram_backward need: Xs, Ts, TXs (L each), S,
+ * Tbar, three temporaries, the block's readouts, and FULL's expanded weights. */
+ptrdiff_t gram_work_size(int full, int L, int H) {
+    return (ptrdiff_t)(3 * L + 5) * MAT + (L + 1) * W + (full ? 2 * (ptrdiff_t)L * H * MAT : 0);
+}
+
+/* The weights of model m (omega: Om is the caller's; full: expanded into the end of work). */
+static Weights model_weights(int full, int L, int H, const real *w0, const real *w1, int m, real *Om, real *work) {
+    Weights w = {L, H, NULL, NULL, NULL};
+    if (!full) {
+        omegas(L, w0 + (ptrdiff_t)m * L * 4, Om);
+        w.Om = Om;
+        return w;
+    }
+    ptrdiff_t size = (ptrdiff_t)L * H * (DP - 1) * (DP - 1);
+    real *Pe = work + (ptrdiff_t)(3 * L + 5) * MAT + (L + 1) * W, *Qe = Pe + (ptrdiff_t)L * H * MAT;
+    expand(L * H, w0 + m * size, Pe);
+    expand(L * H, w1 + m * size, Qe);
+    w.Pe = Pe;
+    w.Qe = Qe;
+    return w;
+}
+
+void gram_forward(int full, int M, int L, int H, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride,
+                  const real *w0, const real *w1, real *y, real *work) {
+    real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT, *tmp = TXs + (L + 2) * MAT;
     real Om[L * DP * DP]; /* local: the compiler sees that it aliases no state */
     for (int m = 0; m < M; m++) {
-        omegas(L, om + m * L * 4, Om);
+        Weights w = model_weights(full, L, H, w0, w1, m, Om, work);
         for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
             int n = B - b0 < W ? (int)(B - b0) : W;
             load(X0 + m * x0_model_stride, b0, n, Xs);
-            forward_block(L, Om, Xs, Ts, TXs, y + m * (L + 1) * B + b0, B, n);
+            forward_block(&w, Xs, Ts, TXs, tmp, y + m * (L + 1) * B + b0, B, n);
         }
     }
 }
 
-void gram_backward(int M, int L, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride, const real *om,
-                   const real *ybar, real *gom, real *work) {
+void gram_backward(int full, int M, int L, int H, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride,
+                   const real *w0, const real *w1, const real *ybar, real *g0, real *g1, real *work) {
     real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT;
-    real *S = TXs + L * MAT, *Tbar = S + MAT, *tmp = Tbar + MAT, *ydump = tmp + MAT;
-    real Om[L * DP * DP], G[L * DP * DP]; /* G: the sum over the lanes of Tbar o X */
+    real *S = TXs + L * MAT, *Tbar = S + MAT, *tmp = Tbar + MAT, *ydump = tmp + 3 * MAT;
+    int LH = full ? L * H : L;
+    real Om[L * DP * DP], G[LH * DP * DP], GQ[full ? LH * DP * DP : 1]; /* G: omega's or P's sums */
     for (int m = 0; m < M; m++) {
-        omegas(L, om + m * L * 4, Om);
+        Weights w = model_weights(full, L, H, w0, w1, m, Om, work);
         memset(G, 0, sizeof G);
+        memset(GQ, 0, sizeof GQ);
         for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
             int n = B - b0 < W ? (int)(B - b0) : W;
             load(X0 + m * x0_model_stride, b0, n, Xs);
-            forward_block(L, Om, Xs, Ts, TXs, ydump, W, n);
+            forward_block(&w, Xs, Ts, TXs, tmp, ydump, W, n);
             real yb[L + 1][W]; /* the block's upstream gradients, zero on missing lanes */
             memset(yb, 0, sizeof yb);
             for (int l = 0; l <= L; l++)
                 for (int v = 0; v < n; v++) yb[l][v] = ybar[(m * (L + 1) + l) * B + b0 + v];
             for (int l = L - 1; l >= 0; l--) {
                 const real *X = Xs + l * MAT, *T = Ts + l * MAT, *TX = TXs + l * MAT;
-                const real *Ol = Om + l * DP * DP;
                 if (l == L - 1) { /* only y_L = -(T X)[a][q] depends on the last layer */
                     memset(Tbar, 0, MAT * sizeof(real));
                     for (int j = 0; j < DP; j++)
@@ -168,27 +233,61 @@ void gram_backward(int M, int L, ptrdiff_t B, const real *X0, ptrdiff_t x0_model
                         AT(S, Q_, A_)[v] -= yb[l][v];
                     }
                 }
-                real *Gl = G + l * DP * DP;
-                for (int ij = 0; ij < DP * DP; ij++) {
-                    real s = 0;
-                    for (int v = 0; v < W; v++) s += Tbar[ij * W + v] * X[ij * W + v];
-                    Gl[ij] += s;
+                if (!full) {
+                    const real *Ol = Om + l * DP * DP;
+                    real *Gl = G + l * DP * DP; /* the sum over the lanes of Tbar o X */
+                    for (int ij = 0; ij < DP * DP; ij++) {
+                        real s = 0;
+                        for (int v = 0; v < W; v++) s += Tbar[ij * W + v] * X[ij * W + v];
+                        Gl[ij] += s;
+                    }
+                    if (l > 0) /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
+                        for (int i = 0; i < DP; i++)
+                            for (int j = 0; j < DP; j++) {
+                                real wij = Ol[i * DP + j], wji = Ol[j * DP + i];
+                                const real *tij = AT(Tbar, i, j), *tji = AT(Tbar, j, i);
+                                real *s = AT(S, i, j);
+                                for (int v = 0; v < W; v++) s[v] += wij * tij[v] + wji * tji[v];
+                            }
+                    continue;
                 }
-                if (l > 0) /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
-                    for (int i = 0; i < DP; i++)
-                        for (int j = 0; j < DP; j++) {
-                            real wij = Ol[i * DP + j], wji = Ol[j * DP + i];
-                            const real *tij = AT(Tbar, i, j), *tji = AT(Tbar, j, i);
-                            real *s = AT(S, i, j);
-                            for (int v = 0; v < W; v++) s[v] += wij * tij[v] + wji * tji[v];
-                        }
+                for (int h = 0; h < H; h++) {
+                    const real *P = w.Pe + (l * H + h) * MAT, *Q = w.Qe + (l * H + h) * MAT;
+                    real *A = tmp, *U = tmp + MAT, *V = tmp + 2 * MAT;
+                    mm_nt(Tbar, Q, A); /* A = Tbar Q'^T */
+                    mm(A, X, U);       /* Pbar += sum over the lanes of A X */
+                    add_lanes(U, G + (l * H + h) * DP * DP);
+                    if (l > 0) { /* S += Kbar + Kbar^T, Kbar = P'^T A */
+                        mm_tn(P, A, U);
+                        for (int i = 0; i < DP; i++)
+                            for (int j = 0; j < DP; j++) {
+                                const real *kij = AT(U, i, j), *kji = AT(U, j, i);
+                                real *s = AT(S, i, j);
+                                for (int v = 0; v < W; v++) s[v] += kij[v] + kji[v];
+                            }
+                    }
+                    mm_nt(X, P, U); /* Qbar += sum over the lanes of (X P'^T) Tbar */
+                    mm(U, Tbar, V);
+                    add_lanes(V, GQ + (l * H + h) * DP * DP);
+                }
             }
         }
-        for (int l = 0; l < L; l++) { /* the block sums of G over its first DP-1 rows and columns */
-            real *g = gom + (m * L + l) * 4;
-            g[0] = g[1] = g[2] = g[3] = 0;
-            for (int i = 0; i < Q_; i++)
-                for (int j = 0; j < Q_; j++) g[(i < A_ ? 0 : 2) + (j < A_ ? 0 : 1)] += G[(l * DP + i) * DP + j];
+        if (!full) {
+            for (int l = 0; l < L; l++) { /* the block sums of G over its first DP-1 rows and columns */
+                real *g = g0 + (m * L + l) * 4;
+                g[0] = g[1] = g[2] = g[3] = 0;
+                for (int i = 0; i < Q_; i++)
+                    for (int j = 0; j < Q_; j++) g[(i < A_ ? 0 : 2) + (j < A_ ? 0 : 1)] += G[(l * DP + i) * DP + j];
+            }
+        } else {
+            int D = DP - 1;
+            ptrdiff_t size = (ptrdiff_t)LH * D * D;
+            for (int lh = 0; lh < LH; lh++)
+                for (int i = 0; i < D; i++)
+                    for (int j = 0; j < D; j++) {
+                        g0[m * size + (lh * D + i) * D + j] = G[(lh * DP + i) * DP + j];
+                        g1[m * size + (lh * D + i) * D + j] = GQ[(lh * DP + i) * DP + j];
+                    }
         }
     }
 }

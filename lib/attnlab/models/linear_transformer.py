@@ -342,11 +342,11 @@ class LinearTransformer(nn.Module):
 
         Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
         Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
-        When the data need no gradient, DIAG and GD++ run the compiled kernel of
-        :mod:`~attnlab.models.gram_kernel` (the form and its hand-written backward pass, where the
-        kernel is built, on the CPU); otherwise, when the weights need a gradient and the data do
-        not (training; FULL), the torch code of :class:`~attnlab.models.gram_backward.GramForward`
-        with its hand-written backward pass; otherwise autograd's.
+        When the data need no gradient, the compiled kernel of :mod:`~attnlab.models.gram_kernel`
+        runs the form and its hand-written backward pass (where the kernel is built, on the CPU);
+        otherwise, when the weights need a gradient and the data do not (training), the torch code
+        of :class:`~attnlab.models.gram_backward.GramForward` with the same backward pass;
+        otherwise autograd's.
         """
         D = self.d + 1
         if G.shape[-2:] != (D, D) or e_t.shape[-1] != D:
@@ -369,8 +369,8 @@ class LinearTransformer(nn.Module):
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
         data_grad = G.requires_grad or e_t.requires_grad
         if not data_grad and gram_kernel.usable(kind, G, w):
-            # DIAG and GD++: the compiled kernel (the same algorithm, cache-sized blocks of sequences)
-            Y = gram_kernel.GramKernel.apply(padded_state(G, e_t), w[0])
+            # the compiled kernel (the same algorithm, cache-sized blocks of sequences)
+            Y = gram_kernel.GramKernel.apply(kind, padded_state(G, e_t), *w)
         elif needs_grad and not data_grad:
             X = padded_state(G, e_t).expand(len(w[0]), -1, -1, -1)
             # The hand-written backward, a few models at a time: each call's matrices (about
