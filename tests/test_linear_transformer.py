@@ -393,7 +393,7 @@ def test_gram_kernel_equals_the_torch_gram_form(kind, dtype, rtol):
         w = [t.requires_grad_() for t in w]
         ybar = torch.randn(M, L + 1, B, generator=gen, dtype=dtype)
         y_torch = GramForward.apply(kind, X.expand(M, -1, -1, -1).contiguous(), *w)
-        y_kernel = gram_kernel.GramKernel.apply(kind, X, *w)
+        y_kernel = gram_kernel.GramKernel.apply(kind, X[..., :-1, :-1], X[..., :-1, -1], *w)
         g_torch = torch.autograd.grad((y_torch * ybar).sum(), w)
         g_kernel = torch.autograd.grad((y_kernel * ybar).sum(), w)
         y_torch, y_kernel = y_torch.detach(), y_kernel.detach()
@@ -409,3 +409,37 @@ def test_gram_kernel_equals_the_torch_gram_form(kind, dtype, rtol):
         y = model.gram_forward(G, e_t)
     ref = model.gram_forward(G.requires_grad_(True), e_t).detach()  # data gradient: autograd, torch
     assert float((y - ref).abs().amax() / ref.abs().amax()) < rtol
+
+
+@pytest.mark.parametrize("param", ["diag", "full"])
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 2e-6)])
+def test_gram_half_mse_in_one_pass_equals_the_loss_of_the_predictions(param, dtype, rtol):
+    """The training loss through the kernel's one pass (GramHalfMSE) has the value and the weight
+    gradient of ½·MSE computed from the predictions (through autograd and the torch code): models
+    with one data set each and with one shared data set, a batch with a partial block of lanes."""
+    from attnlab.models import gram_kernel
+
+    if not gram_kernel.available(getattr(torch, dtype), D):
+        pytest.skip("the kernel is not built on this machine")
+    model = LinearTransformer(D, 3, 2, param, batch_shape=(2, 2), init_scale=0.02, seed=8, dtype=dtype)
+    for noise in (["uniform:1", "uniform:3"], "uniform:2"):
+        data = sample_regression(37, D, N, noise=noise, generator=9, dtype=dtype)
+        G, e_t = gram_inputs(data.X, data.y, data.x_query)
+        if G.ndim == 4:  # [2, B, ...]: one data set per row of models
+            G, e_t, target = G[:, None], e_t[:, None], data.target[:, None]
+        else:
+            target = data.target
+        fused = model.gram_half_mse(G, e_t, target)
+        plain = 0.5 * ((model.gram_forward(G.clone().requires_grad_(True), e_t) - target) ** 2).mean(-1)
+        assert "GramHalfMSE" in type(fused.grad_fn.next_functions[0][0]).__name__  # the one pass ran
+        upstream = torch.randn(2, 2, generator=torch.Generator().manual_seed(10), dtype=fused.dtype)
+        g_fused = torch.autograd.grad((fused * upstream).sum(), list(model.parameters()))
+        g_plain = torch.autograd.grad((plain * upstream).sum(), list(model.parameters()))
+        assert 0.1 < float(plain.detach().min()) and float(plain.detach().max()) < 100  # order one: generic
+        fused, plain = fused.detach(), plain.detach()
+        assert float((fused - plain).abs().max() / plain.abs().max()) < rtol
+        for a, b in zip(g_fused, g_plain, strict=True):
+            assert float(b.norm()) > 1e-6 and float((a - b).norm() / b.norm()) < rtol
+
+    with pytest.raises(ValueError, match="target"):
+        model.gram_half_mse(G, e_t, target[..., :-1])

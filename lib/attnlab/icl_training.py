@@ -119,13 +119,13 @@ def num_threads_scope(n: int | None):
 def fast_half_mse_loss(model, X, y, x_query, target, *rest):
     """Per-model ½·MSE ``[*models]``, as :func:`~attnlab.tasks.icl_regression.half_mse_loss` but through
     the model's fast exact form (:meth:`~attnlab.models.LinearTransformer.predict_fast`)."""
-    return 0.5 * ((model.predict_fast(X, y, x_query) - target) ** 2).mean(-1)
+    return model.half_mse_from(fast_inputs(X, y, x_query, {model.fast_form}), target)
 
 
 def _group_losses(models, X, y, x_query, target, *rest):
     """``{name: per-model ½·MSE [S, R]}`` for every batched model, sharing the data's fast inputs."""
     inputs = fast_inputs(X, y, x_query, {m.fast_form for m in models.values()})
-    return {k: 0.5 * ((m.predict_from(inputs) - target) ** 2).mean(-1) for k, m in models.items()}
+    return {k: m.half_mse_from(inputs, target) for k, m in models.items()}
 
 
 def _sampler(noise, seeds, data_seed, d, n, device, dtype):

@@ -9,7 +9,8 @@
  * FULL's weights, shared by the sequences, are copied once per model into every lane
  * ([DP][DP][W]), so that their products are the same per-lane products as the others.
  *
- * X0    [M or 1][B][DP][DP]   the padded state (padded_state), batch first, as torch holds it
+ * G0    [M or 1][B][D][D]     the context Gram matrices (D = DP - 1), batch first, as torch holds them
+ * e0    [M or 1][B][D]        the queries; model_stride 1: one data set per model, 0: one for all
  * w0    omega: [M][L][4], the omegas (xx, xy, yx, yy) of every model and layer; full: P [M][L][H][D][D]
  * w1    full: Q [M][L][H][D][D] (D = DP - 1); omega: unused
  * y     [M][L+1][B]           the readouts -X_l[a][q] (forward)
@@ -81,13 +82,19 @@ static void omegas(int L, const real *om, real *Om) {
             }
 }
 
-/* The block of lanes b0 .. b0+n-1 of X0 (batch first) into X [DP][DP][W]; missing lanes are zero
- * sequences (their readouts and gradients are zero). */
-static void load(const real *X0, ptrdiff_t b0, int n, real *X) {
+/* The padded states X = [[G, e], [e^T, 0]] (padded_state) of the lanes b0 .. b0+n-1 of model m
+ * into X [DP][DP][W]; missing lanes are zero sequences (their readouts and gradients are zero). */
+static void load(const real *G0, const real *e0, ptrdiff_t model_stride, int m, ptrdiff_t B, ptrdiff_t b0,
+                 int n, real *X) {
+    int D = DP - 1;
+    const real *G = G0 + m * model_stride * B * D * D, *e = e0 + m * model_stride * B * D;
     memset(X, 0, MAT * sizeof(real));
     for (int v = 0; v < n; v++) {
-        const real *src = X0 + (b0 + v) * DP * DP;
-        for (int ij = 0; ij < DP * DP; ij++) X[ij * W + v] = src[ij];
+        const real *g = G + (b0 + v) * D * D, *q = e + (b0 + v) * D;
+        for (int i = 0; i < D; i++) {
+            for (int j = 0; j < D; j++) AT(X, i, j)[v] = g[i * D + j];
+            AT(X, i, Q_)[v] = AT(X, Q_, i)[v] = q[i];
+        }
     }
 }
 
@@ -174,7 +181,7 @@ static Weights model_weights(int full, int L, int H, const real *w0, const real 
     return w;
 }
 
-void gram_forward(int full, int M, int L, int H, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride,
+void gram_forward(int full, int M, int L, int H, ptrdiff_t B, const real *G0, const real *e0, ptrdiff_t model_stride,
                   const real *w0, const real *w1, real *y, real *work) {
     real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT, *tmp = TXs + (L + 2) * MAT;
     real Om[L * DP * DP]; /* local: the compiler sees that it aliases no state */
@@ -182,112 +189,153 @@ void gram_forward(int full, int M, int L, int H, ptrdiff_t B, const real *X0, pt
         Weights w = model_weights(full, L, H, w0, w1, m, Om, work);
         for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
             int n = B - b0 < W ? (int)(B - b0) : W;
-            load(X0 + m * x0_model_stride, b0, n, Xs);
+            load(G0, e0, model_stride, m, B, b0, n, Xs);
             forward_block(&w, Xs, Ts, TXs, tmp, y + m * (L + 1) * B + b0, B, n);
         }
     }
 }
 
-void gram_backward(int full, int M, int L, int H, ptrdiff_t B, const real *X0, ptrdiff_t x0_model_stride,
-                   const real *w0, const real *w1, const real *ybar, real *g0, real *g1, real *work) {
+/* The backward pass of one block whose states forward_block left in Xs, Ts, TXs, for the upstream
+ * gradients yb [L+1][W]; adds the lane sums of the weights' gradients to G (and GQ, full). S, Tbar
+ * and tmp[0 .. 3 MAT) are work space. */
+static void backward_block(const Weights *w, const real *Xs, const real *Ts, const real *TXs, real yb[][W],
+                           real *restrict S, real *restrict Tbar, real *restrict tmp, real *G, real *GQ) {
+    int L = w->L, H = w->H;
+    for (int l = L - 1; l >= 0; l--) {
+        const real *X = Xs + l * MAT, *T = Ts + l * MAT, *TX = TXs + l * MAT;
+        if (l == L - 1) { /* only y_L = -(T X)[a][q] depends on the last layer */
+            memset(Tbar, 0, MAT * sizeof(real));
+            for (int j = 0; j < DP; j++)
+                for (int v = 0; v < W; v++) AT(Tbar, A_, j)[v] = -yb[L][v] * AT(X, Q_, j)[v];
+        } else {
+            mm(S, TX, Tbar);
+        }
+        if (l > 0) {
+            if (l == L - 1) { /* S = C + C^T, C's column q = -ybar_L T[a][:] */
+                memset(S, 0, MAT * sizeof(real));
+                for (int i = 0; i < DP; i++)
+                    for (int v = 0; v < W; v++) {
+                        real c = -yb[L][v] * AT(T, A_, i)[v];
+                        AT(S, i, Q_)[v] += c;
+                        AT(S, Q_, i)[v] += c;
+                    }
+            } else { /* S = T^T (S T) */
+                mm(S, T, tmp);
+                mm_tn(T, tmp, S);
+            }
+            for (int v = 0; v < W; v++) {
+                AT(S, A_, Q_)[v] -= yb[l][v];
+                AT(S, Q_, A_)[v] -= yb[l][v];
+            }
+        }
+        if (w->Om) {
+            const real *Ol = w->Om + l * DP * DP;
+            real *Gl = G + l * DP * DP; /* the sum over the lanes of Tbar o X */
+            for (int ij = 0; ij < DP * DP; ij++) {
+                real s = 0;
+                for (int v = 0; v < W; v++) s += Tbar[ij * W + v] * X[ij * W + v];
+                Gl[ij] += s;
+            }
+            if (l > 0) /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
+                for (int i = 0; i < DP; i++)
+                    for (int j = 0; j < DP; j++) {
+                        real wij = Ol[i * DP + j], wji = Ol[j * DP + i];
+                        const real *tij = AT(Tbar, i, j), *tji = AT(Tbar, j, i);
+                        real *s = AT(S, i, j);
+                        for (int v = 0; v < W; v++) s[v] += wij * tij[v] + wji * tji[v];
+                    }
+            continue;
+        }
+        for (int h = 0; h < H; h++) {
+            const real *P = w->Pe + (l * H + h) * MAT, *Q = w->Qe + (l * H + h) * MAT;
+            real *A = tmp, *U = tmp + MAT, *V = tmp + 2 * MAT;
+            mm_nt(Tbar, Q, A); /* A = Tbar Q'^T */
+            mm(A, X, U);       /* Pbar += sum over the lanes of A X */
+            add_lanes(U, G + (l * H + h) * DP * DP);
+            if (l > 0) { /* S += Kbar + Kbar^T, Kbar = P'^T A */
+                mm_tn(P, A, U);
+                for (int i = 0; i < DP; i++)
+                    for (int j = 0; j < DP; j++) {
+                        const real *kij = AT(U, i, j), *kji = AT(U, j, i);
+                        real *s = AT(S, i, j);
+                        for (int v = 0; v < W; v++) s[v] += kij[v] + kji[v];
+                    }
+            }
+            mm_nt(X, P, U); /* Qbar += sum over the lanes of (X P'^T) Tbar */
+            mm(U, Tbar, V);
+            add_lanes(V, GQ + (l * H + h) * DP * DP);
+        }
+    }
+}
+
+/* The weights' gradients of model m from the lane sums G (and GQ). */
+static void store_gradients(int full, int m, int L, int H, const real *G, const real *GQ, real *g0, real *g1) {
+    if (!full) {
+        for (int l = 0; l < L; l++) { /* the block sums of G over its first DP-1 rows and columns */
+            real *g = g0 + (m * L + l) * 4;
+            g[0] = g[1] = g[2] = g[3] = 0;
+            for (int i = 0; i < Q_; i++)
+                for (int j = 0; j < Q_; j++) g[(i < A_ ? 0 : 2) + (j < A_ ? 0 : 1)] += G[(l * DP + i) * DP + j];
+        }
+        return;
+    }
+    int D = DP - 1;
+    ptrdiff_t size = (ptrdiff_t)L * H * D * D;
+    for (int lh = 0; lh < L * H; lh++)
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < D; j++) {
+                g0[m * size + (lh * D + i) * D + j] = G[(lh * DP + i) * DP + j];
+                g1[m * size + (lh * D + i) * D + j] = GQ[(lh * DP + i) * DP + j];
+            }
+}
+
+/* With target == NULL: the weights' gradients g0, g1 for the upstream gradient ybar [M][L+1][B] of
+ * the readouts. Otherwise (ybar unused): the half mean squared error of the last readout against
+ * target [M][B] into loss [M], and its gradients (one pass: nothing recomputed). */
+static void gradients(int full, int M, int L, int H, ptrdiff_t B, const real *G0, const real *e0, ptrdiff_t model_stride,
+                      const real *w0, const real *w1, const real *ybar, const real *target, real *loss,
+                      real *g0, real *g1, real *work) {
     real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT;
-    real *S = TXs + L * MAT, *Tbar = S + MAT, *tmp = Tbar + MAT, *ydump = tmp + 3 * MAT;
+    real *S = TXs + L * MAT, *Tbar = S + MAT, *tmp = Tbar + MAT;
     int LH = full ? L * H : L;
     real Om[L * DP * DP], G[LH * DP * DP], GQ[full ? LH * DP * DP : 1]; /* G: omega's or P's sums */
     for (int m = 0; m < M; m++) {
         Weights w = model_weights(full, L, H, w0, w1, m, Om, work);
         memset(G, 0, sizeof G);
         memset(GQ, 0, sizeof GQ);
+        double sq = 0;
         for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
             int n = B - b0 < W ? (int)(B - b0) : W;
-            load(X0 + m * x0_model_stride, b0, n, Xs);
-            forward_block(&w, Xs, Ts, TXs, tmp, ydump, W, n);
-            real yb[L + 1][W]; /* the block's upstream gradients, zero on missing lanes */
-            memset(yb, 0, sizeof yb);
-            for (int l = 0; l <= L; l++)
-                for (int v = 0; v < n; v++) yb[l][v] = ybar[(m * (L + 1) + l) * B + b0 + v];
-            for (int l = L - 1; l >= 0; l--) {
-                const real *X = Xs + l * MAT, *T = Ts + l * MAT, *TX = TXs + l * MAT;
-                if (l == L - 1) { /* only y_L = -(T X)[a][q] depends on the last layer */
-                    memset(Tbar, 0, MAT * sizeof(real));
-                    for (int j = 0; j < DP; j++)
-                        for (int v = 0; v < W; v++) AT(Tbar, A_, j)[v] = -yb[L][v] * AT(X, Q_, j)[v];
-                } else {
-                    mm(S, TX, Tbar);
+            real yb[L + 1][W]; /* the block's readouts, then their upstream gradients (zero on missing lanes) */
+            load(G0, e0, model_stride, m, B, b0, n, Xs);
+            forward_block(&w, Xs, Ts, TXs, tmp, yb[0], W, n);
+            if (target) {
+                const real *t = target + m * B + b0;
+                for (int v = 0; v < W; v++) {
+                    real r = v < n ? yb[L][v] - t[v] : 0;
+                    sq += (double)r * r;
+                    yb[L][v] = r / (real)B;
                 }
-                if (l > 0) {
-                    if (l == L - 1) { /* S = C + C^T, C's column q = -ybar_L T[a][:] */
-                        memset(S, 0, MAT * sizeof(real));
-                        for (int i = 0; i < DP; i++)
-                            for (int v = 0; v < W; v++) {
-                                real c = -yb[L][v] * AT(T, A_, i)[v];
-                                AT(S, i, Q_)[v] += c;
-                                AT(S, Q_, i)[v] += c;
-                            }
-                    } else { /* S = T^T (S T) */
-                        mm(S, T, tmp);
-                        mm_tn(T, tmp, S);
-                    }
-                    for (int v = 0; v < W; v++) {
-                        AT(S, A_, Q_)[v] -= yb[l][v];
-                        AT(S, Q_, A_)[v] -= yb[l][v];
-                    }
-                }
-                if (!full) {
-                    const real *Ol = Om + l * DP * DP;
-                    real *Gl = G + l * DP * DP; /* the sum over the lanes of Tbar o X */
-                    for (int ij = 0; ij < DP * DP; ij++) {
-                        real s = 0;
-                        for (int v = 0; v < W; v++) s += Tbar[ij * W + v] * X[ij * W + v];
-                        Gl[ij] += s;
-                    }
-                    if (l > 0) /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
-                        for (int i = 0; i < DP; i++)
-                            for (int j = 0; j < DP; j++) {
-                                real wij = Ol[i * DP + j], wji = Ol[j * DP + i];
-                                const real *tij = AT(Tbar, i, j), *tji = AT(Tbar, j, i);
-                                real *s = AT(S, i, j);
-                                for (int v = 0; v < W; v++) s[v] += wij * tij[v] + wji * tji[v];
-                            }
-                    continue;
-                }
-                for (int h = 0; h < H; h++) {
-                    const real *P = w.Pe + (l * H + h) * MAT, *Q = w.Qe + (l * H + h) * MAT;
-                    real *A = tmp, *U = tmp + MAT, *V = tmp + 2 * MAT;
-                    mm_nt(Tbar, Q, A); /* A = Tbar Q'^T */
-                    mm(A, X, U);       /* Pbar += sum over the lanes of A X */
-                    add_lanes(U, G + (l * H + h) * DP * DP);
-                    if (l > 0) { /* S += Kbar + Kbar^T, Kbar = P'^T A */
-                        mm_tn(P, A, U);
-                        for (int i = 0; i < DP; i++)
-                            for (int j = 0; j < DP; j++) {
-                                const real *kij = AT(U, i, j), *kji = AT(U, j, i);
-                                real *s = AT(S, i, j);
-                                for (int v = 0; v < W; v++) s[v] += kij[v] + kji[v];
-                            }
-                    }
-                    mm_nt(X, P, U); /* Qbar += sum over the lanes of (X P'^T) Tbar */
-                    mm(U, Tbar, V);
-                    add_lanes(V, GQ + (l * H + h) * DP * DP);
-                }
+                memset(yb, 0, L * W * sizeof(real));
+            } else {
+                memset(yb, 0, sizeof yb);
+                for (int l = 0; l <= L; l++)
+                    for (int v = 0; v < n; v++) yb[l][v] = ybar[(m * (L + 1) + l) * B + b0 + v];
             }
+            backward_block(&w, Xs, Ts, TXs, yb, S, Tbar, tmp, G, GQ);
         }
-        if (!full) {
-            for (int l = 0; l < L; l++) { /* the block sums of G over its first DP-1 rows and columns */
-                real *g = g0 + (m * L + l) * 4;
-                g[0] = g[1] = g[2] = g[3] = 0;
-                for (int i = 0; i < Q_; i++)
-                    for (int j = 0; j < Q_; j++) g[(i < A_ ? 0 : 2) + (j < A_ ? 0 : 1)] += G[(l * DP + i) * DP + j];
-            }
-        } else {
-            int D = DP - 1;
-            ptrdiff_t size = (ptrdiff_t)LH * D * D;
-            for (int lh = 0; lh < LH; lh++)
-                for (int i = 0; i < D; i++)
-                    for (int j = 0; j < D; j++) {
-                        g0[m * size + (lh * D + i) * D + j] = G[(lh * DP + i) * DP + j];
-                        g1[m * size + (lh * D + i) * D + j] = GQ[(lh * DP + i) * DP + j];
-                    }
-        }
+        if (target) loss[m] = (real)(0.5 * sq / (double)B);
+        store_gradients(full, m, L, H, G, GQ, g0, g1);
     }
+}
+
+void gram_backward(int full, int M, int L, int H, ptrdiff_t B, const real *G0, const real *e0, ptrdiff_t model_stride,
+                   const real *w0, const real *w1, const real *ybar, real *g0, real *g1, real *work) {
+    gradients(full, M, L, H, B, G0, e0, model_stride, w0, w1, ybar, NULL, NULL, g0, g1, work);
+}
+
+void gram_half_mse(int full, int M, int L, int H, ptrdiff_t B, const real *G0, const real *e0, ptrdiff_t model_stride,
+                   const real *w0, const real *w1, const real *target, real *loss, real *g0, real *g1,
+                   real *work) {
+    gradients(full, M, L, H, B, G0, e0, model_stride, w0, w1, NULL, target, loss, g0, g1, work);
 }

@@ -7,7 +7,9 @@ a batched GEMM of MKL (about a sixth of the float32 matmul peak on one core at t
 the states of all layers go to memory and are read back by the backward pass. The kernel holds
 ``W`` sequences side by side (``[D+1][D+1][W]``, one vector register per matrix entry), takes
 them through every layer and back while they stay in the core's cache, and recomputes their
-forward pass in the backward pass instead of storing it. FULL's weights, shared by the sequences,
+forward pass in the backward pass instead of storing it; for the training loss,
+:class:`GramHalfMSE` does the forward and backward passes of a block in one go (the loss's
+gradient with respect to the readouts is known inside the kernel). FULL's weights, shared by the sequences,
 are copied into every lane once per model, so that their products are per-lane products like the
 others (with the weights broadcast from scalars instead, a FULL step took 78 ms against the torch
 code's 50 ms; with the copies, 20 ms: 7 layers, batch 2048, one thread).
@@ -77,8 +79,9 @@ def _library(dtype: torch.dtype, Dp: int):
     except OSError:  # no writable cache, or a library that does not load
         return None
     p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
-    lib.gram_forward.argtypes = [i, i, i, i, n, p, n, p, p, p, p]
-    lib.gram_backward.argtypes = [i, i, i, i, n, p, n, p, p, p, p, p, p]
+    lib.gram_forward.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p]
+    lib.gram_backward.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p, p, p]
+    lib.gram_half_mse.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p, p, p, p]
     lib.gram_work_size.argtypes, lib.gram_work_size.restype = [i, i, i], n
     return lib
 
@@ -104,41 +107,71 @@ def _ptr(t: torch.Tensor | None):
     return ctypes.c_void_p(None if t is None else t.data_ptr())
 
 
-def _args(kind, X, w):
+def _args(kind, G, e_t, w):
     full = kind == "full"
     M, L, H = w[0].shape[0], w[0].shape[1], w[0].shape[2] if full else 1
-    B, Dp = X.shape[1], X.shape[-1]
-    lib = _library(X.dtype, Dp)
-    work = torch.empty(lib.gram_work_size(int(full), L, H), dtype=X.dtype)
-    stride = 0 if X.shape[0] == 1 else B * Dp * Dp  # one data set shared by every model
+    lib = _library(G.dtype, G.shape[-1] + 1)
+    work = torch.empty(lib.gram_work_size(int(full), L, H), dtype=G.dtype)
+    shared = int(G.shape[0] == 1)  # one data set for every model
     weights = (_ptr(w[0]), _ptr(w[1] if full else None))
-    return lib, (int(full), M, L, H, B, _ptr(X), stride, *weights), work
+    return lib, (int(full), M, L, H, G.shape[1], _ptr(G), _ptr(e_t), 1 - shared, *weights), work
+
+
+def _inputs(G, e_t, w):
+    return G.detach().contiguous(), e_t.detach().contiguous(), [t.detach().contiguous() for t in w]
 
 
 class GramKernel(torch.autograd.Function):
     """Readouts ``[M, L+1, B]`` of ``M`` models, as :class:`~attnlab.models.gram_backward.GramForward`.
 
     ``kind`` is ``"full"`` (weights ``P, Q [M, L, H, D, D]``) or ``"omega"`` (the omegas
-    ``[M, L, 4]``, DIAG and GD++); ``X [M or 1, B, D+1, D+1]`` the
-    :func:`~attnlab.models.gram_backward.padded_state` (``1``: shared by every model). Gradients
-    flow to the weights only.
+    ``[M, L, 4]``, DIAG and GD++); ``G [M or 1, B, D, D]`` the context Gram matrices and
+    ``e_t [M or 1, B, D]`` the queries (``1``: shared by every model). Gradients flow to the
+    weights only.
     """
 
     @staticmethod
-    def forward(ctx, kind, X, *w):
-        X, w = X.detach().contiguous(), [t.detach().contiguous() for t in w]
-        lib, head, work = _args(kind, X, w)
-        y = torch.empty(w[0].shape[0], w[0].shape[1] + 1, X.shape[1], dtype=X.dtype)
+    def forward(ctx, kind, G, e_t, *w):
+        G, e_t, w = _inputs(G, e_t, w)
+        lib, head, work = _args(kind, G, e_t, w)
+        y = torch.empty(w[0].shape[0], w[0].shape[1] + 1, G.shape[1], dtype=G.dtype)
         lib.gram_forward(*head, _ptr(y), _ptr(work))
         ctx.kind = kind
-        ctx.save_for_backward(X, *w)
+        ctx.save_for_backward(G, e_t, *w)
         return y
 
     @staticmethod
     def backward(ctx, ybar):
-        X, *w = ctx.saved_tensors
-        lib, head, work = _args(ctx.kind, X, w)
+        G, e_t, *w = ctx.saved_tensors
+        lib, head, work = _args(ctx.kind, G, e_t, w)
         g = [torch.empty_like(t) for t in w]
         g_ptrs = (_ptr(g[0]), _ptr(g[1] if len(g) > 1 else None))
-        lib.gram_backward(*head, _ptr(ybar.contiguous()), *g_ptrs, _ptr(work))
-        return None, None, *g
+        ybar = ybar.contiguous()  # held: the kernel reads it through a raw pointer
+        lib.gram_backward(*head, _ptr(ybar), *g_ptrs, _ptr(work))
+        return None, None, None, *g
+
+
+class GramHalfMSE(torch.autograd.Function):
+    """Per-model ½·MSE ``[M]`` of the last readout of :class:`GramKernel` against ``target [M, B]``.
+
+    The kernel computes the loss and its gradient with respect to the weights in one pass (the
+    upstream gradient of the readouts is known inside it: ``(y_L - target) / B``); the backward
+    pass scales the stored gradients by the loss's upstream gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, kind, G, e_t, target, *w):
+        G, e_t, w = _inputs(G, e_t, w)
+        lib, head, work = _args(kind, G, e_t, w)
+        loss = torch.empty(w[0].shape[0], dtype=G.dtype)
+        g = [torch.empty_like(t) for t in w]
+        g_ptrs = (_ptr(g[0]), _ptr(g[1] if len(g) > 1 else None))
+        target = target.detach().contiguous()  # held: the kernel reads it through a raw pointer
+        lib.gram_half_mse(*head, _ptr(target), _ptr(loss), *g_ptrs, _ptr(work))
+        ctx.save_for_backward(*g)
+        return loss
+
+    @staticmethod
+    def backward(ctx, gloss):
+        scaled = [gloss.reshape(-1, *[1] * (g.ndim - 1)) * g for g in ctx.saved_tensors]
+        return None, None, None, None, *scaled

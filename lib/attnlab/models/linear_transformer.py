@@ -335,19 +335,9 @@ class LinearTransformer(nn.Module):
 
     # -- Gram and spectral forms ---------------------------------------------------------------
 
-    def gram_forward(
-        self, G: torch.Tensor, e_t: torch.Tensor, *, return_layers: bool = False
-    ) -> torch.Tensor:
-        """Predictions from the context Gram matrix ``G [..., B, d+1, d+1]`` and query ``e_t [..., B, d+1]``.
-
-        Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
-        Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
-        When the data need no gradient, the compiled kernel of :mod:`~attnlab.models.gram_kernel`
-        runs the form and its hand-written backward pass (where the kernel is built, on the CPU);
-        otherwise, when the weights need a gradient and the data do not (training), the torch code
-        of :class:`~attnlab.models.gram_backward.GramForward` with the same backward pass;
-        otherwise autograd's.
-        """
+    def _gram_args(self, G, e_t):
+        """``(lead, B, G, e_t, kind, w)``: the models' shape, the batch, the data flattened over the
+        models (``[1, ...]`` if one data set serves them all), the form's kind and flat weights."""
         D = self.d + 1
         if G.shape[-2:] != (D, D) or e_t.shape[-1] != D:
             raise ValueError(
@@ -366,11 +356,53 @@ class LinearTransformer(nn.Module):
             kind, w = "omega", (self.omegas(),)
         nb = len(self.batch_shape)
         w = [t.expand(*lead, *t.shape[nb:]).reshape(-1, *t.shape[nb:]) for t in w]
+        return lead, B, G, e_t, kind, w
+
+    def gram_half_mse(self, G: torch.Tensor, e_t: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Per-model ½·MSE ``[*models]`` of :meth:`gram_forward` against ``target [..., B]``.
+
+        In training on the CPU (the weights need a gradient, the data do not, the kernel is built)
+        the kernel computes the loss and its gradient in one pass
+        (:class:`~attnlab.models.gram_kernel.GramHalfMSE`: the forward pass is not repeated in the
+        backward pass); otherwise ``0.5 * ((gram_forward(G, e_t) - target) ** 2).mean(-1)``.
+        """
+        lead, B, G2, e2, kind, w = self._gram_args(G, e_t)
+        if not isinstance(target, torch.Tensor) or target.shape[-1:] != (B,):
+            raise ValueError(
+                f"target must be a tensor [..., {B}], got {getattr(target, 'shape', type(target))}"
+            )
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in w)
+        if training and not (G.requires_grad or e_t.requires_grad or target.requires_grad):
+            if gram_kernel.usable(kind, G2, w) and target.dtype == G2.dtype:
+                t = target.expand(*lead, B).reshape(-1, B)
+                return gram_kernel.GramHalfMSE.apply(kind, G2, e2, t, *w).reshape(lead)
+        return 0.5 * ((self.gram_forward(G, e_t) - target) ** 2).mean(-1)
+
+    def half_mse_from(self, inputs: dict, target: torch.Tensor) -> torch.Tensor:
+        """Per-model ½·MSE ``[*models]`` of :meth:`predict_from` against ``target [..., B]``."""
+        if self.fast_form == "gram" and "gram" in inputs:
+            return self.gram_half_mse(*inputs["gram"], target)
+        return 0.5 * ((self.predict_from(inputs) - target) ** 2).mean(-1)
+
+    def gram_forward(
+        self, G: torch.Tensor, e_t: torch.Tensor, *, return_layers: bool = False
+    ) -> torch.Tensor:
+        """Predictions from the context Gram matrix ``G [..., B, d+1, d+1]`` and query ``e_t [..., B, d+1]``.
+
+        Each layer moves every token by ``T = I + K(G)``: ``e_t <- T e_t``, ``G <- T G T^T``.
+        Returns ``[*models, B]``, or ``[*models, L+1, B]`` (after each layer) with ``return_layers``.
+        When the data need no gradient, the compiled kernel of :mod:`~attnlab.models.gram_kernel`
+        runs the form and its hand-written backward pass (where the kernel is built, on the CPU);
+        otherwise, when the weights need a gradient and the data do not (training), the torch code
+        of :class:`~attnlab.models.gram_backward.GramForward` with the same backward pass;
+        otherwise autograd's.
+        """
+        lead, B, G, e_t, kind, w = self._gram_args(G, e_t)
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in w)
         data_grad = G.requires_grad or e_t.requires_grad
         if not data_grad and gram_kernel.usable(kind, G, w):
             # the compiled kernel (the same algorithm, cache-sized blocks of sequences)
-            Y = gram_kernel.GramKernel.apply(kind, padded_state(G, e_t), *w)
+            Y = gram_kernel.GramKernel.apply(kind, G, e_t, *w)
         elif needs_grad and not data_grad:
             X = padded_state(G, e_t).expand(len(w[0]), -1, -1, -1)
             # The hand-written backward, a few models at a time: each call's matrices (about
