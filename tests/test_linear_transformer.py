@@ -300,12 +300,18 @@ def _gradients(model, G, e_t, ybar, data_grad):
     return torch.autograd.grad(out, list(model.parameters()))
 
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("key", KEYS)
 @pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 1e-6)])
-def test_hand_written_gram_backward_equals_autograd(key, dtype, rtol):
+def test_hand_written_gram_backward_equals_autograd(key, dtype, rtol, kernel, monkeypatch):
     """The Gram form's hand-written backward gives autograd's weight gradients: several depths, heads,
     models batch shapes and seeds; generic weights (``T = I + K`` far from ``I``) and a generic
-    upstream gradient on every layer's readout."""
+    upstream gradient on every layer's readout. Through the compiled kernel, and through the torch
+    code that runs where the kernel is not built (``kernel=False``)."""
+    from attnlab.models import gram_kernel
+
+    if not kernel:
+        monkeypatch.setattr(gram_kernel, "usable", lambda *args: False)
     param, mode = key
     for L, H, batch_shape, seed in [(1, 1, (), 0), (2, 2, (3,), 1), (4, 1, (2, 2), 2), (7, 2, (2,), 3)]:
         # the layer operators of order 0.1 to 1: T far from I, the readouts finite at depth 7
