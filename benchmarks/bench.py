@@ -193,7 +193,7 @@ def flops_trainer(param: str, L: int, H: int, B: int, d: int, n: int) -> float:
     """Useful FLOPs of one training step of one model in the trainer (multiply-add = 2 FLOPs).
 
     Counted from :mod:`attnlab.models.gram_backward` with ``D = d+1`` (the padding to ``D+1``
-    that the code runs is not counted, nor the kernel's recomputed forward pass): the context Gram matrix ``EᵀE`` (2·B·n·D²); forward per
+    that the code runs is not counted): the context Gram matrix ``EᵀE`` (2·B·n·D²); forward per
     layer ``T G Tᵀ`` (4·B·D³, not after the last layer), ``T e`` (2·B·D²), FULL's
     ``Σ_k P_k G Q_k`` (4·B·D³ per head); backward ``S T G`` (2·B·D³, not for the last layer),
     ``Tᵀ S T`` (4·B·D³, not for the first and last layers), FULL's weight gradients (8·B·D³ per
@@ -590,8 +590,8 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             f"independent {icl_res['d'] + 2}×{icl_res['d'] + 2} products, the kind the trainer's per-sequence "
             f"products are, was {icl_res.get('small_matmul', float('nan')) / 1e9:.1f} GFLOP/s "
             f"({100 * icl_res.get('small_matmul', float('nan')) / icl_res['peak']:.0f}% of the peak). The kernel "
-            "recomputes each block's forward pass in the backward pass (its states stay in the cache); that "
-            "recomputation is not counted as useful. "
+            "takes blocks of 8 sequences through every layer and back while they stay in the cache; for the "
+            "training loss (`GramHalfMSE`) it does a block's forward and backward passes together, once. "
             + (
                 f"Building the kernel (the C compiler, once per dtype and d, then cached) took "
                 f"{icl_res['kernel_build_s']:.1f} s in this run."
