@@ -27,30 +27,19 @@
 
 typedef REAL real;
 
-/* C = A B, per lane: for each row of C, DP accumulators of one vector each stay in registers, and
- * every entry A(i, k) loaded serves the whole row. */
-static void mm(const real *restrict A, const real *restrict B, real *restrict C) {
+/* C = A B, per lane, with A(i, k) at A + (i ar + k ak) W and B(k, j) at B + (k bk + j bj) W (a
+ * transposed operand is a swap of strides): for each row of C, DP accumulators of one vector each
+ * stay in registers, and every entry A(i, k) loaded serves the whole row. */
+static inline __attribute__((always_inline)) void product(const real *restrict A, int ar, int ak,
+                                                          const real *restrict B, int bk, int bj,
+                                                          real *restrict C) {
     for (int i = 0; i < DP; i++) {
         real acc[DP][W];
         memset(acc, 0, sizeof acc);
         for (int k = 0; k < DP; k++) {
-            const real *a = AT(A, i, k), *b = AT(B, k, 0);
-            for (int j = 0; j < DP; j++)
-                for (int v = 0; v < W; v++) acc[j][v] += a[v] * b[j * W + v];
-        }
-        memcpy(AT(C, i, 0), acc, sizeof acc);
-    }
-}
-
-/* C = A B^T, per lane */
-static void mm_nt(const real *restrict A, const real *restrict B, real *restrict C) {
-    for (int i = 0; i < DP; i++) {
-        real acc[DP][W];
-        memset(acc, 0, sizeof acc);
-        for (int k = 0; k < DP; k++) {
-            const real *a = AT(A, i, k);
+            const real *a = A + (i * ar + k * ak) * W;
             for (int j = 0; j < DP; j++) {
-                const real *b = AT(B, j, k);
+                const real *b = B + (k * bk + j * bj) * W;
                 for (int v = 0; v < W; v++) acc[j][v] += a[v] * b[v];
             }
         }
@@ -58,19 +47,9 @@ static void mm_nt(const real *restrict A, const real *restrict B, real *restrict
     }
 }
 
-/* C = A^T B, per lane */
-static void mm_tn(const real *restrict A, const real *restrict B, real *restrict C) {
-    for (int i = 0; i < DP; i++) {
-        real acc[DP][W];
-        memset(acc, 0, sizeof acc);
-        for (int k = 0; k < DP; k++) {
-            const real *a = AT(A, k, i), *b = AT(B, k, 0);
-            for (int j = 0; j < DP; j++)
-                for (int v = 0; v < W; v++) acc[j][v] += a[v] * b[j * W + v];
-        }
-        memcpy(AT(C, i, 0), acc, sizeof acc);
-    }
-}
+static void mm(const real *A, const real *B, real *C) { product(A, DP, 1, B, DP, 1, C); }    /* A B */
+static void mm_nt(const real *A, const real *B, real *C) { product(A, DP, 1, B, 1, DP, C); } /* A B^T */
+static void mm_tn(const real *A, const real *B, real *C) { product(A, 1, DP, B, DP, 1, C); } /* A^T B */
 
 /* Omega' [L][DP][DP] of one model: the omega of (i, j)'s block, zero in the last row and column. */
 static void omegas(int L, const real *om, real *Om) {
