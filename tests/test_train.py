@@ -287,3 +287,74 @@ def test_lr_schedules_pinned_values():
     for bad in ("linear", "warmup:0", "warmup:x", "warmup_constant"):
         with pytest.raises(ValueError, match="schedule"):
             lr_factor(bad, 0, steps)
+
+
+def test_max_grad_norm_clips_each_model_by_its_own_norm():
+    """One full-batch GD step by hand: the model whose gradient norm exceeds the bound moves by
+    lr * bound along its gradient's direction, the other by its whole gradient."""
+    X, y, _ = _regression()
+    w0 = torch.tensor([[0.3, -0.2, 0.1], [5.0, 4.0, -3.0]], dtype=torch.float64)
+    ref = _Batched(w0).double()
+    _per_model_mse(ref, X, y).sum().backward()
+    g = torch.cat([ref.w.grad, ref.b.grad[:, None]], dim=1)  # [M, 4]: each model's whole gradient
+    norms = g.norm(dim=1)
+    bound = float(norms.mean())  # between the two norms (the models are far apart)
+    assert norms[0] < bound < norms[1]
+    model = _Batched(w0)
+    train(model, _per_model_mse, (X, y), lr=0.1, steps=1, max_grad_norm=bound, dtype="float64")
+    expected = w0 - 0.1 * g[:, :3] * torch.clamp(bound / norms, max=1.0)[:, None]
+    torch.testing.assert_close(model.w.detach(), expected, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        model.b.detach(), -0.1 * g[:, 3] * torch.clamp(bound / norms, max=1.0), rtol=1e-12, atol=1e-14
+    )
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_one_non_finite_batch_is_skipped_with_patience(patience):
+    """Model 1's loss is inf at update 3 only: with patience 1 it is diverged from there; with
+    patience 2 it skips that update (counted) and trains on, ending where SGD without that
+    update ends."""
+    X, y, _ = _regression()
+    w0 = torch.zeros(2, 3, dtype=torch.float64)
+    calls = []
+
+    def loss(m, X, y, skip=True):
+        per = _per_model_mse(m, X, y)
+        calls.append(None)
+        bad = torch.tensor([1.0, float("inf") if skip and len(calls) == 4 else 1.0], dtype=torch.float64)
+        return per * bad
+
+    model = _Batched(w0)
+    kw = dict(optimizer="sgd", lr=0.1, steps=8, batch_size=16, dtype="float64", seed=3)
+    hist = train(model, loss, (X, y), patience=patience, **kw)
+    assert hist.diverged.tolist() == [False, patience == 1]
+    assert hist.skipped.tolist() == [0, 0 if patience == 1 else 1]
+    if patience == 2:
+        # the same batches with update 3 of model 1 left out, by hand
+        ref = _Batched(w0).double()
+        g = torch.Generator().manual_seed(3)
+        for step in range(8):
+            idx = torch.randperm(X.shape[0], generator=g)[:16]
+            ref.zero_grad()
+            per = _per_model_mse(ref, X[idx], y[idx])
+            (per[0] + (0.0 if step == 3 else per[1])).backward()
+            with torch.no_grad():
+                ref.w -= 0.1 * ref.w.grad
+                ref.b -= 0.1 * ref.b.grad
+        torch.testing.assert_close(model.w.detach(), ref.w.detach(), rtol=1e-12, atol=1e-14)
+
+
+def test_non_finite_gradient_with_finite_loss_is_skipped():
+    """A gradient that overflows while the loss does not (here: a loss with an infinite slope at
+    the start) skips that model's update instead of moving it by a clamped huge step."""
+    X, y, _ = _regression()
+    w0 = torch.zeros(2, 3, dtype=torch.float64)
+
+    def loss(m, X, y):
+        per = _per_model_mse(m, X, y)
+        return torch.stack([per[0], per[1] + torch.sqrt(m.w[1, 0].abs())])  # d/dw at 0: inf
+
+    model = _Batched(w0)
+    hist = train(model, loss, (X, y), optimizer="sgd", lr=0.1, steps=3, batch_size=16, dtype="float64")
+    assert not hist.diverged.any() and hist.skipped.tolist() == [0, 3]
+    assert torch.all(model.w[1] == 0) and torch.all(model.w[0] != 0)

@@ -71,6 +71,7 @@ class TrainedGroup:
     model: LinearTransformer
     loss: np.ndarray
     diverged: np.ndarray  # [S, R] bool
+    skipped: np.ndarray  # [S, R] updates skipped for a non-finite loss or gradient
 
     @property
     def weights(self) -> torch.Tensor:
@@ -157,6 +158,8 @@ def train_icl(
     lr: float | dict = 1e-4,
     betas: tuple[float, float] = (0.9, 0.98),
     lr_schedule: str = "constant",
+    max_grad_norm: float | None = None,
+    patience: int = 1,
     init_scale: float | None = None,
     data_seed: int = 0,
     record_every: int = 10,
@@ -172,9 +175,11 @@ def train_icl(
     stream). ``lr`` is one learning rate or a dict ``{param: lr}``; ``lr_schedule`` as in
     :func:`attnlab.train.train` (e.g. ``"warmup:W"``: a linear warm-up over ``W`` updates, then
     constant). Losses are ½·MSE per model, recorded every ``record_every``
-    steps (the mean over those steps). A model whose loss becomes non-finite is marked
-    ``diverged`` and its gradient zeroed (the others are unaffected: the models share no
-    parameters). ``num_threads`` limits torch's CPU threads during the run (restored
+    steps (the mean over those steps). ``max_grad_norm`` clips each model's gradient norm and
+    ``patience`` is the number of consecutive steps with a non-finite loss after which a model is
+    marked ``diverged`` and stops training; a model skips the update of a step whose loss or
+    gradient is not finite (:func:`attnlab.train.train`; the others are unaffected: the models
+    share no parameters). ``num_threads`` limits torch's CPU threads during the run (restored
     afterwards): the many tiny batched matrix products run faster on one thread, and far faster
     on a busy machine; ``None`` leaves the setting alone.
     """
@@ -224,14 +229,15 @@ def train_icl(
         hist = train(
             models, _group_losses, _sampler(settings, seeds, data_seed, d, n, dev, dt), optimizer="adam",
             lr=min(lrs.values()), param_lr=param_lr, steps=steps, batch_size=batch_size, betas=betas,
-            lr_schedule=schedule, device=dev, dtype=dt, record_every=record_every, record="mean",
+            lr_schedule=schedule, max_grad_norm=max_grad_norm, patience=patience, device=dev, dtype=dt,
+            record_every=record_every, record="mean",
         )  # fmt: skip
     result = TrainedICL(noise=noise, seeds=seeds, steps=np.asarray(hist.steps))
     losses = hist.as_arrays()["loss"]
     for k, m in models.items():
         loss = np.moveaxis(losses[k], 0, -1)  # [S, R, T]
         result.groups[(m.param, m.n_layers)] = TrainedGroup(
-            m.param, m.n_layers, m.requires_grad_(False), loss, hist.diverged[k]
+            m.param, m.n_layers, m.requires_grad_(False), loss, hist.diverged[k], hist.skipped[k]
         )
     result.config = dict(
         params=params,
@@ -247,6 +253,8 @@ def train_icl(
         lr=dict(lrs),
         betas=tuple(betas),
         lr_schedule=lr_schedule,
+        max_grad_norm=max_grad_norm,
+        patience=patience,
         init_scale=init_scale,
         data_seed=data_seed,
     )

@@ -140,21 +140,36 @@ def _make_optimizer(name, model, lr, param_lr, weight_decay, betas):
     return Adam(groups, lr, betas, weight_decay=weight_decay, decoupled=name == "adamw")
 
 
-def _mask_diverged(model, alive):
-    """Zero the gradient of every model that diverged (``alive`` False) and any non-finite entry.
+def _mask_gradients(model, use, max_grad_norm):
+    """Zero the gradient of every model not updated this step (``use`` False) and of every model
+    whose gradient is not finite, and scale each other model's gradient to a norm of at most
+    ``max_grad_norm`` (if given; the norm over all of that model's entries). Returns the mask of
+    the models that are updated.
 
-    A parameter's leading dimensions are the models dimensions, ``alive.shape``.
+    A parameter's leading dimensions are the models dimensions, ``use.shape``.
     """
-    for p in model.parameters():
-        if p.grad is None:
-            continue
-        if tuple(p.shape[: alive.ndim]) != tuple(alive.shape):
+    grads = [p for p in model.parameters() if p.grad is not None]
+    sq = torch.zeros(use.shape, dtype=grads[0].grad.dtype if grads else torch.float64, device=use.device)
+    for p in grads:
+        if tuple(p.shape[: use.ndim]) != tuple(use.shape):
             raise ValueError(
-                f"loss_fn returned per-model losses of shape {list(alive.shape)}, but a parameter has "
+                f"loss_fn returned per-model losses of shape {list(use.shape)}, but a parameter has "
                 f"shape {list(p.shape)}: parameters must lead with the models dimensions"
             )
-        mask = alive.reshape(*alive.shape, *([1] * (p.ndim - alive.ndim)))
-        p.grad = torch.where(mask, torch.nan_to_num(p.grad), torch.zeros_like(p.grad))
+        g2 = p.grad.double().pow(2)
+        if p.ndim > use.ndim:  # (a sum over no dimensions would sum over all of them)
+            g2 = g2.sum(tuple(range(use.ndim, p.ndim)))
+        sq = sq + g2.to(sq.dtype)
+    norm = sq.double().sqrt()
+    use = use & torch.isfinite(norm)
+    scale = torch.ones_like(norm)
+    if max_grad_norm is not None:
+        scale = torch.clamp(max_grad_norm / norm.clamp_min(1e-300), max=1.0)
+    for p in grads:
+        shape = (*use.shape, *([1] * (p.ndim - use.ndim)))
+        factor = torch.where(use, scale, torch.zeros_like(scale)).to(p.grad.dtype).reshape(shape)
+        p.grad = torch.where(use.reshape(shape), p.grad * factor, torch.zeros_like(p.grad))
+    return use
 
 
 def _evaluate_callbacks(model, callbacks, history):
@@ -180,6 +195,8 @@ def train(
     betas: tuple[float, float] = (0.9, 0.999),
     lr_schedule: str | Callable[[int, int], float] = "constant",
     param_lr: Mapping[str, float] | None = None,
+    max_grad_norm: float | None = None,
+    patience: int = 1,
     seed: int | torch.Generator = 0,
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
@@ -226,6 +243,15 @@ def train(
     param_lr:
         ``{parameter name: learning rate}`` for parameters (names of ``model.named_parameters()``)
         that do not use ``lr``.
+    max_grad_norm:
+        Clip each model's gradient to this norm (the norm over all of that model's entries, for a
+        batch of models one norm per model) before the optimiser step; ``None``: no clipping.
+    patience:
+        A model whose loss (or gradient) is not finite at a step skips that update (its gradient
+        is zeroed; :attr:`History.skipped` counts these); it is declared diverged, and stops
+        training, once its loss has been non-finite on ``patience`` steps in a row. The default
+        1 declares it at the first. Larger values let a model of the kind whose prediction is a
+        high-degree polynomial of the input survive one rare batch that overflows.
     seed:
         An int or a ``torch.Generator``; it drives minibatch selection and the sampler.
     dtype:
@@ -237,7 +263,7 @@ def train(
         that step's batch at the current weights; ``steps + 1`` batches are drawn). ``"mean"``:
         record at steps ``record_every, 2 record_every, ...`` and ``steps`` the mean of the
         training losses of the updates since the previous record (``steps`` batches are drawn;
-        the mean is ``nan`` for a model that diverged in that window).
+        the mean is over the finite losses of the updates the model took, ``nan`` if none).
     progress:
         Show a tqdm bar on stdout; ``None`` (default) shows it only when stdout is a terminal.
     """
@@ -254,6 +280,10 @@ def train(
     else:
         factor_of = functools.partial(lr_factor, check_schedule(lr_schedule))
     record_every = check_int("record_every", record_every, minimum=1)
+    if max_grad_norm is not None:
+        max_grad_norm = check_positive("max_grad_norm", max_grad_norm)
+    patience = check_int("patience", patience, minimum=1)
+    masked = max_grad_norm is not None or patience > 1
     record = check_choice("record", record, ("last", "mean"))
     device = resolve_device(device)
     dtype = resolve_dtype(dtype)
@@ -294,7 +324,7 @@ def train(
         return tuple(t[idx] for t in tensors)
 
     history = History()
-    alive, window, count, grouped = None, None, 0, False
+    alive, bad_run, skipped, window, count, grouped = None, None, None, None, None, False
     bar = tqdm(total=steps, file=sys.stdout, disable=not _progress_enabled(progress), leave=False)
     try:
         for step in range(steps + (record == "last")):
@@ -303,44 +333,55 @@ def train(
             parts = _loss_parts(out, model)
             if alive is None:
                 alive = {k: torch.ones(v.shape, dtype=torch.bool, device=v.device) for k, v in parts.items()}
+                bad_run = {k: torch.zeros_like(v, dtype=torch.long) for k, v in alive.items()}
+                skipped = {k: torch.zeros_like(v) for k, v in bad_run.items()}
             elif {k: v.shape for k, v in parts.items()} != {k: v.shape for k, v in alive.items()}:
                 raise ValueError("loss_fn must return the same keys and shapes every step")
-            alive = {k: alive[k] & torch.isfinite(v.detach()) for k, v in parts.items()}
+            finite = {k: torch.isfinite(v.detach()) for k, v in parts.items()}
+            bad_run = {k: torch.where(finite[k], 0, bad_run[k] + 1) for k in parts}
+            alive = {k: alive[k] & (bad_run[k] < patience) for k in parts}
+            use = {k: alive[k] & finite[k] for k in parts}
             kept = {
-                k: torch.where(alive[k], v.detach(), torch.full_like(v, float("nan")))
-                for k, v in parts.items()
+                k: torch.where(use[k], v.detach(), torch.full_like(v, float("nan"))) for k, v in parts.items()
             }
             if record == "last" and (step % record_every == 0 or step == steps):
                 _record(history, step, kept, grouped, model, callbacks)
             if step == steps:
                 break
             opt.zero_grad()
-            if not grouped and out.ndim == 0:  # one model: its loss as it is
+            if not grouped and out.ndim == 0 and not masked:  # one model: its loss as it is
                 out.backward()
             else:
-                sum(torch.where(alive[k], v, torch.zeros_like(v)).sum() for k, v in parts.items()).backward()
+                sum(torch.where(use[k], v, torch.zeros_like(v)).sum() for k, v in parts.items()).backward()
                 for k in parts:
-                    _mask_diverged(model.get_submodule(k), alive[k])
+                    updated = _mask_gradients(model.get_submodule(k), use[k], max_grad_norm)
+                    skipped[k] += alive[k] & ~updated
             opt.step(factor_of(step, steps))
             bar.update(1)
             if record == "mean":
-                window = kept if window is None else {k: window[k] + kept[k] for k in kept}
-                count += 1
+                if window is None:
+                    window = {k: torch.zeros_like(v) for k, v in kept.items()}
+                    count = {k: torch.zeros_like(v) for k, v in kept.items()}
+                for k, v in kept.items():
+                    window[k] += torch.nan_to_num(v, nan=0.0)
+                    count[k] += torch.isfinite(v)
                 if (step + 1) % record_every == 0 or step + 1 == steps:
                     _record(
                         history,
                         step + 1,
-                        {k: v / count for k, v in window.items()},
+                        {k: window[k] / count[k] for k in window},
                         grouped,
                         model,
                         callbacks,
                     )
-                    window, count = None, 0
+                    window, count = None, None
     finally:
         bar.close()
     if alive is not None:
         diverged = {k: ~v.cpu().numpy() for k, v in alive.items()}
         history.diverged = diverged if grouped else diverged[""]
+        counts = {k: v.cpu().numpy() for k, v in skipped.items()}
+        history.skipped = counts if grouped else counts[""]
     return history
 
 
