@@ -43,6 +43,11 @@ def test_mixed_noise_experiment_and_merge(tmp_path):
         ["uniform:0", "uniform:1", "uniform:3", "uniform:5"]
     )
     assert merged.meta["commands"] == ["part 0", "part 1"]
+    walls = [t["wall_s"] for t in merged.meta["timing"]["parts"]]
+    assert merged.meta["timing"]["wall_s"] == pytest.approx(sum(walls), abs=0.1)
+    side = merge_parts([tmp_path / "p0", tmp_path / "p1"], tmp_path / "side", scale="book", parallel=True)
+    timing = ex.load_result("icl_mixed_noise", "book", directory=side.parent).meta["timing"]
+    assert timing["parallel"] and timing["wall_s"] == pytest.approx(max(walls), abs=0.1)
     assert np.all(np.isfinite(merged.column("adjusted", kind="table")))
     with pytest.raises(ValueError, match="part"):
         ex.run("icl_mixed_noise", overrides={**small, "part": "3/2"}, cache=False)
@@ -75,7 +80,8 @@ def test_cpu_scale_recipe_and_reruns():
     cpu = exp.config("cpu")
     assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
     assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
-    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [3, 7]}
+    assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
+    assert cpu["n_seeds"] == 3 and cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
     assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
@@ -92,6 +98,7 @@ def test_cpu_scale_recipe_and_reruns():
         "profile_sigmas": [1.0],
         "profile_noise": [],
         "record_every": 3,
+        "n_seeds": 1,
     }
     res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
     reruns = res.meta["reruns"]
@@ -124,11 +131,13 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
         assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
 
 
-def test_seeds_experiment_keeps_the_cpu_recipe_and_varies_only_the_seed():
-    exp = ex.get("icl_seeds")
+def test_stability_experiment_differs_from_the_cpu_recipe_only_in_its_guards():
+    exp = ex.get("icl_stability")
     cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
-    same = ("steps", "batch_size", "lr_schedule", "betas", "n_eval", "eval_seed", "data_seed")
-    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 3
-    res = ex.run("icl_seeds", overrides={"n_eval": 300, "n_val": 100}, cache=False)
+    same = ("steps", "batch_size", "lr", "lr_schedule", "betas", "n_seeds", "n_eval", "eval_seed")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0
+    assert cpu["arms"] == {"plain": [None, 1], "guarded": [recipe["max_grad_norm"], recipe["patience"]]}
+    res = ex.run("icl_stability", overrides={"n_eval": 300, "n_val": 100}, cache=False)
     table = [r for r in res.rows if r["kind"] == "table"]
-    assert len(table) == 2 * 3 and sum(r["best"] for r in table) == 2
+    assert len(table) == 2 * 2 and [r["arm"] for r in table] == ["plain"] * 2 + ["guarded"] * 2
+    assert all(r["skipped"] == 0 for r in table if r["arm"] == "plain")
