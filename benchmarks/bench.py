@@ -669,14 +669,25 @@ def cpu_table_time() -> list[str]:
     res = load_result("icl_mixed_noise", "cpu")
     t, cfg = res.meta["timing"], res.config
     n = sum(1 for r in res.rows if r["kind"] == "table")
-    how = "side by side, one process per core" if t.get("parallel") else "one after another"
+    # a merge of merged runs (e.g. seeds 0-2, then seeds 3-4) has one timing per run under "parts"
+    nested = not t.get("parallel") and all("parts" in p for p in t["parts"])
+    runs = t["parts"] if nested else [t]
+
+    def how(run: dict) -> str:
+        side = "side by side, one process per core" if run.get("parallel") else "one after another"
+        return f"{len(run.get('parts', [run]))} processes {side}"
+
     return [
         "## CPU-scale Part III table (committed run)",
         "",
         f"`icl_mixed_noise --scale cpu`: {n} trained models ({cfg['n_seeds']} seeds, {cfg['steps']} steps at "
         f"batch {cfg['batch_size']}; the time includes the re-runs of failed models), run as "
-        f"{len(t['parts'])} processes {how} on a "
-        f"{t.get('cpu_count', '?')}-core machine: **{t['wall_s'] / 3600:.2f} h** of wall time "
+        + (
+            f"{len(runs)} runs one after another (" + "; then ".join(how(r) for r in runs) + ")"
+            if nested
+            else how(t)
+        )
+        + f" on a {t.get('cpu_count', '?')}-core machine: **{t['wall_s'] / 3600:.2f} h** of wall time "
         f"({t['cpu_s'] / 3600:.2f} h of CPU time), against a target of at most 4 h on 2 cores "
         f"(met: **{'yes' if t['wall_s'] <= 4 * 3600 else 'no'}**). Recorded in the result's JSON when it ran, "
         "not re-measured here. The commands:",

@@ -53,6 +53,48 @@ def test_mixed_noise_experiment_and_merge(tmp_path):
         ex.run("icl_mixed_noise", overrides={**small, "part": "3/2"}, cache=False)
 
 
+def test_merge_joins_seed_ranges_and_chooses_the_best_seed_again(tmp_path):
+    small = {
+        "params": ["diag"],
+        "depths": [1, 2],
+        "noise": ["uniform:1", "uniform:5"],
+        "steps": 3,
+        "batch_size": 8,
+        "n_eval": 200,
+        "profile_n": 50,
+        "profile_sigmas": [1.0, 2.0],
+        "profile_noise": ["uniform:5"],
+        "record_every": 1,
+        "keep_weights": False,
+    }
+    runs = {"a": (0, 1), "b": (1, 2), "c": (3, 1)}
+    for out, (start, n) in runs.items():
+        res = ex.run("icl_mixed_noise", overrides={**small, "seed_start": start, "n_seeds": n}, cache=False)
+        assert sorted(set(res.column("seed", kind="table"))) == list(range(start, start + n))
+        ex.write_result(res, tmp_path / out, command=f"seeds {start}+{n}")
+    # a merged result merges again (its commands are kept), and the parts come in any order
+    merge_parts([tmp_path / "b", tmp_path / "a"], tmp_path / "ab", scale="book")
+    merge_parts([tmp_path / "ab", tmp_path / "c"], tmp_path / "all", scale="book")
+    merged = ex.load_result("icl_mixed_noise", "book", directory=tmp_path / "all")
+    assert merged.config["seed_start"] == 0 and merged.config["n_seeds"] == 4
+    assert merged.meta["commands"] == ["seeds 1+2", "seeds 0+1", "seeds 3+1"]
+    table = [r for r in merged.rows if r["kind"] == "table"]
+    assert len(table) == 2 * 2 * 4
+    for L in (1, 2):
+        for noise in small["noise"]:
+            cell = [r for r in table if r["n_layers"] == L and r["noise"] == noise]
+            assert sorted(r["seed"] for r in cell) == [0, 1, 2, 3]
+            best = [r for r in cell if r["best"]]
+            assert len(best) == 1 and best[0]["adjusted"] == min(r["adjusted"] for r in cell)
+            profile = [r for r in merged.rows if r["kind"] == "profile" and r["n_layers"] == L]
+            if noise == "uniform:5":
+                assert len(profile) == 2 and {r["seed"] for r in profile} == {best[0]["seed"]}
+    with pytest.raises(ValueError, match="join into one range"):
+        merge_parts([tmp_path / "a", tmp_path / "c"], tmp_path / "gap", scale="book")
+    with pytest.raises(ValueError, match="join into one range"):
+        merge_parts([tmp_path / "ab", tmp_path / "b"], tmp_path / "twice", scale="book")
+
+
 def test_decay_experiment_keeps_fixed_decays():
     res = ex.run("icl_decay", overrides={"steps": 3, "batch_size": 8, "n_eval": 100}, cache=False)
     fixed = [r for r in res.rows if r["variant"] == "fixed:0.8"]
@@ -81,7 +123,8 @@ def test_cpu_scale_recipe_and_reruns():
     assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
     assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
     assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
-    assert cpu["n_seeds"] == 3 and cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
+    assert cpu["n_seeds"] == 5 and cpu["seed_start"] == 0
+    assert cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
     assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
@@ -134,10 +177,28 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
 def test_stability_experiment_differs_from_the_cpu_recipe_only_in_its_guards():
     exp = ex.get("icl_stability")
     cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
-    same = ("steps", "batch_size", "lr", "lr_schedule", "betas", "n_seeds", "n_eval", "eval_seed")
-    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0
+    same = ("steps", "batch_size", "lr", "lr_schedule", "betas", "n_eval", "eval_seed")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 3
     assert cpu["arms"] == {"plain": [None, 1], "guarded": [recipe["max_grad_norm"], recipe["patience"]]}
     res = ex.run("icl_stability", overrides={"n_eval": 300, "n_val": 100}, cache=False)
     table = [r for r in res.rows if r["kind"] == "table"]
     assert len(table) == 2 * 2 and [r["arm"] for r in table] == ["plain"] * 2 + ["guarded"] * 2
     assert all(r["skipped"] == 0 for r in table if r["arm"] == "plain")
+
+
+def test_seed_basins_arms_change_only_what_they_name():
+    exp = ex.get("icl_seed_basins")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    same = ("batch_size", "lr", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed", "trim")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 8
+    assert cpu["arms"] == {
+        "recipe": {},
+        "4x steps": {"steps": 4 * recipe["steps"]},
+        "constant rate": {"lr_schedule": "constant"},
+    }
+    res = ex.run("icl_seed_basins", overrides={"n_eval": 300, "n_val": 100}, cache=False)
+    assert [r["arm"] for r in res.rows] == ["recipe"] * 2 + ["4x steps"] * 2
+    assert all(r["kind"] == "table" and r["n_layers"] == 2 for r in res.rows)
+    # the arms share their seeds and data but not their training: 4x the steps gives other models
+    assert [r["seed"] for r in res.rows] == [0, 1, 0, 1]
+    assert res.rows[0]["adjusted"] != res.rows[2]["adjusted"]
