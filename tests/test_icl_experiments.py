@@ -202,3 +202,14 @@ def test_seed_basins_arms_change_only_what_they_name():
     # the arms share their seeds and data but not their training: 4x the steps gives other models
     assert [r["seed"] for r in res.rows] == [0, 1, 0, 1]
     assert res.rows[0]["adjusted"] != res.rows[2]["adjusted"]
+
+
+def test_full7_rates_differ_from_the_recipe_only_in_the_rate():
+    exp = ex.get("icl_full7_rates")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    same = ("steps", "batch_size", "lr_schedule", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0
+    assert cpu["depths"] == {"full": [7]} and icl._lr_of(recipe["lr"], "full", 7) == 3e-4
+    assert [c["lr"]["full"] for c in cpu["arms"].values()] == [3e-4, 5e-4, 1e-3]
+    res = ex.run("icl_full7_rates", overrides={"n_eval": 200, "n_val": 100}, cache=False)
+    assert [(r["arm"], r["lr"]) for r in res.rows] == [(a, c["lr"]["full"]) for a, c in cpu["arms"].items()]
