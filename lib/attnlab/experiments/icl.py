@@ -455,6 +455,13 @@ def icl_mixed_noise(config: dict, device: str) -> tuple[list[dict], dict]:
     return _rows(config, device)
 
 
+def _smoke(config: dict, **changes) -> dict:
+    """The book scale of a chapter-04 experiment on the CPU recipe: a smoke run of one noise
+    setting, 60 steps at batch 64, evaluated on few prompts (the chapters load the cpu results)."""
+    smoke = {"noise": ["uniform:3"], "steps": 60, "batch_size": 64}
+    return {**config, **smoke, "n_eval": 2000, "n_val": 500, "chunk": 1000, **changes}
+
+
 # What the CPU recipe's guards against overflow do (chapter 04): the recipe with and without
 # gradient clipping and patience, on deep DIAG where the guards matter, no re-runs, so that only
 # the guards differ between the two arms (same seeds, data and evaluation prompts).
@@ -472,14 +479,11 @@ _STABILITY_CPU = dict(
 
 @experiment(
     "icl_stability",
-    book=dict(
-        _STABILITY_CPU, depths={"diag": [2]}, noise=["uniform:3"], n_seeds=2, steps=60, batch_size=64,
-        n_eval=2000, n_val=500, chunk=1000,
-    ),
+    book=_smoke(_STABILITY_CPU, depths={"diag": [2]}, n_seeds=2),
     paper=_STABILITY_CPU,
     cpu=_STABILITY_CPU,
     description="the CPU recipe with and without its guards against overflow (chapter 4)",
-)  # fmt: skip
+)
 def icl_stability(config: dict, device: str) -> tuple[list[dict], dict]:
     rows, meta = [], {}
     for arm, (max_grad_norm, patience) in config["arms"].items():
@@ -510,14 +514,13 @@ _BASINS_CPU = dict(
 
 @experiment(
     "icl_seed_basins",
-    book=dict(
-        _BASINS_CPU, depths={"diag": [2]}, noise=["uniform:3"], n_seeds=2, steps=60, batch_size=64,
-        n_eval=2000, n_val=500, chunk=1000, arms={"recipe": {}, "4x steps": {"steps": 240}},
+    book=_smoke(
+        _BASINS_CPU, depths={"diag": [2]}, n_seeds=2, arms={"recipe": {}, "4x steps": {"steps": 240}}
     ),
     paper=_BASINS_CPU,
     cpu=_BASINS_CPU,
     description="deep DIAG models of eight seeds: the recipe, 4x the steps, a constant rate (chapter 4)",
-)  # fmt: skip
+)
 def icl_seed_basins(config: dict, device: str) -> tuple[list[dict], dict]:
     return _arm_rows(config, device)
 
@@ -547,14 +550,11 @@ _FULL7_CPU = dict(
 
 @experiment(
     "icl_full7_rates",
-    book=dict(
-        _FULL7_CPU, depths={"full": [2]}, noise=["uniform:3"], n_seeds=1, steps=60, batch_size=64,
-        n_eval=2000, n_val=500, chunk=1000,
-    ),
+    book=_smoke(_FULL7_CPU, depths={"full": [2]}, n_seeds=1),
     paper=_FULL7_CPU,
     cpu=_FULL7_CPU,
     description="7-layer FULL with the CPU recipe at three learning rates (chapter 4)",
-)  # fmt: skip
+)
 def icl_full7_rates(config: dict, device: str) -> tuple[list[dict], dict]:
     return _arm_rows(config, device)
 
