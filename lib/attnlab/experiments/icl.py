@@ -462,6 +462,15 @@ def _smoke(config: dict, **changes) -> dict:
     return {**config, **smoke, "n_eval": 2000, "n_val": 500, "chunk": 1000, **changes}
 
 
+def _recipe_variant(name: str, config: dict, description: str, fn=None, **book_changes):
+    """Register a chapter-04 experiment on variants of the CPU recipe: the ``cpu`` and ``paper``
+    scales are ``config``, the book scale its :func:`_smoke` run with ``book_changes``; ``fn``
+    defaults to :func:`_arm_rows` (one arm per entry of ``config["arms"]``)."""
+    return experiment(
+        name, book=_smoke(config, **book_changes), paper=config, cpu=config, description=description
+    )(fn or _arm_rows)
+
+
 # What the CPU recipe's guards against overflow do (chapter 04): the recipe with and without
 # gradient clipping and patience, on deep DIAG where the guards matter, no re-runs, so that only
 # the guards differ between the two arms (same seeds, data and evaluation prompts).
@@ -477,19 +486,22 @@ _STABILITY_CPU = dict(
 )
 
 
-@experiment(
-    "icl_stability",
-    book=_smoke(_STABILITY_CPU, depths={"diag": [2]}, n_seeds=2),
-    paper=_STABILITY_CPU,
-    cpu=_STABILITY_CPU,
-    description="the CPU recipe with and without its guards against overflow (chapter 4)",
-)
-def icl_stability(config: dict, device: str) -> tuple[list[dict], dict]:
+def _stability_rows(config: dict, device: str) -> tuple[list[dict], dict]:
     rows, meta = [], {}
     for arm, (max_grad_norm, patience) in config["arms"].items():
         arm_rows, _ = _rows({**config, "max_grad_norm": max_grad_norm, "patience": patience}, device)
         rows += [{"arm": arm, **r} for r in arm_rows if r["kind"] != "curve"]
     return rows, meta
+
+
+icl_stability = _recipe_variant(
+    "icl_stability",
+    _STABILITY_CPU,
+    "the CPU recipe with and without its guards against overflow (chapter 4)",
+    _stability_rows,
+    depths={"diag": [2]},
+    n_seeds=2,
+)
 
 
 # Why the CPU recipe keeps the best of five seeds (chapter 04): deep models trained by the recipe
@@ -512,19 +524,6 @@ _BASINS_CPU = dict(
 )
 
 
-@experiment(
-    "icl_seed_basins",
-    book=_smoke(
-        _BASINS_CPU, depths={"diag": [2]}, n_seeds=2, arms={"recipe": {}, "4x steps": {"steps": 240}}
-    ),
-    paper=_BASINS_CPU,
-    cpu=_BASINS_CPU,
-    description="deep DIAG models of eight seeds: the recipe, 4x the steps, a constant rate (chapter 4)",
-)
-def icl_seed_basins(config: dict, device: str) -> tuple[list[dict], dict]:
-    return _arm_rows(config, device)
-
-
 def _arm_rows(config: dict, device: str) -> tuple[list[dict], dict]:
     """The table rows of every arm ``{name: changes to the config}`` of ``config["arms"]``."""
     rows = []
@@ -532,6 +531,16 @@ def _arm_rows(config: dict, device: str) -> tuple[list[dict], dict]:
         arm_rows, _ = _rows({**config, **changes}, device)
         rows += [{"arm": arm, **r} for r in arm_rows if r["kind"] == "table"]
     return rows, {}
+
+
+icl_seed_basins = _recipe_variant(
+    "icl_seed_basins",
+    _BASINS_CPU,
+    "deep DIAG models of eight seeds: the recipe, 4x the steps, a constant rate (chapter 4)",
+    depths={"diag": [2]},
+    n_seeds=2,
+    arms={"recipe": {}, "4x steps": {"steps": 240}},
+)
 
 
 # Why FULL with 7 layers misses Table 1 at CPU scale (chapter 04): the recipe trains it at 3e-4
@@ -548,15 +557,13 @@ _FULL7_CPU = dict(
 )
 
 
-@experiment(
+icl_full7_rates = _recipe_variant(
     "icl_full7_rates",
-    book=_smoke(_FULL7_CPU, depths={"full": [2]}, n_seeds=1),
-    paper=_FULL7_CPU,
-    cpu=_FULL7_CPU,
-    description="7-layer FULL with the CPU recipe at three learning rates (chapter 4)",
+    _FULL7_CPU,
+    "7-layer FULL with the CPU recipe at three learning rates (chapter 4)",
+    depths={"full": [2]},
+    n_seeds=1,
 )
-def icl_full7_rates(config: dict, device: str) -> tuple[list[dict], dict]:
-    return _arm_rows(config, device)
 
 
 def _select_part(config: dict) -> dict:
