@@ -185,20 +185,13 @@ def pt_crossing_scan(config: dict, device: str) -> list[dict]:
     return sweep(_scan_point, configs, n_jobs=config["n_jobs"])
 
 
-_THETA_MIN = 1e-3  # a semantic point with |θ|/σ² below this is the agnostic point θ = 0: off the branch
-
-
-def _on_branch(fp) -> bool:
-    """Converged (tolerance met, ``mu_max <= 1 + 1e-3``, positional |m| >= 1e-3) and, on the semantic
-    branch, |θ|/σ² >= 1e-3."""
-    return bool(fp.converged) and (fp.branch == "positional" or fp.theta_over_sigma2 >= _THETA_MIN)
-
-
 def _branch_row(fp, direction) -> dict:
+    from attnlab.theory import phase_transition as se
+
     return {
         "kind": "curve", "alpha": fp.alpha, "branch": fp.branch, "direction": direction, "eps_t": fp.eps_t,
         "eps_g": fp.eps_g, "m": abs(fp.m), "theta_over_sigma2": fp.theta_over_sigma2, "mu_max": fp.mu_max,
-        "converged": bool(fp.converged), "on_branch": _on_branch(fp),
+        "converged": bool(fp.converged), "on_branch": se.on_branch(fp),
     }  # fmt: skip
 
 
@@ -211,7 +204,7 @@ def _bisect_end(last_on, first_off, omega, sigma, lam, n_nodes, width):
     while abs(off - on.alpha) > width:
         mid = 0.5 * (on.alpha + off)
         fp = se.solve(mid, omega, on.branch, sigma, lam, n_nodes=n_nodes, init=(on.q, on.m, on.V, on.theta))
-        if _on_branch(fp):
+        if se.on_branch(fp):
             on = fp
         else:
             off = mid
@@ -261,7 +254,7 @@ def pt_branches(config: dict, device: str) -> list[dict]:
         for direction, alphas in (("down", grid[::-1]), ("up", grid)):
             path = se.continue_branch(alphas, omega, branch, sigma, lam, n_nodes=n_nodes)
             rows += [_branch_row(fp, direction) for fp in path]
-            found = np.flatnonzero([_on_branch(fp) for fp in path])
+            found = np.flatnonzero([se.on_branch(fp) for fp in path])
             if found.size and found[-1] < len(path) - 1:
                 i = int(found[-1])
                 last, off = _bisect_end(path[i], path[i + 1], omega, sigma, lam, n_nodes, config["width"])

@@ -26,7 +26,8 @@ Public API (all importable from this package)
     Jacobian on the branch: < 1 for a point a damped iteration can converge to).
 ``continue_branch(alphas, omega, branch, ...) -> list[FixedPoint]``
     One branch followed along ``alphas`` by warm-started continuation; where it ends (a spinodal)
-    ``mu_max`` rises towards 1 and the solves stop converging.
+    ``mu_max`` rises towards 1 and the solves leave the branch (``on_branch(fp)`` is false:
+    not converged, or collapsed onto the agnostic point).
 ``constrained(alpha, omega, branch, value, ...) -> Constrained``
     The training loss ``eps_t`` of the best student whose order parameter (θ/σ² on the semantic
     branch, m on the positional one) is held at ``value``, and its ``slope`` in that parameter
@@ -71,6 +72,7 @@ from attnlab.theory.phase_transition.fixed_point import (
     continue_branch,
     global_minimum,
     hat_variables,
+    on_branch,
     solve,
     solve_both,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "eps_lin",
     "global_minimum",
     "hat_variables",
+    "on_branch",
     "product_rule",
     "prox",
     "solve",
