@@ -49,3 +49,41 @@ def test_prox_rejects_bad_input():
         se.prox(np.zeros((3, 2)), np.zeros((2, 2)), 1.0, 0.3)
     with pytest.raises(ValueError, match="V"):
         se.prox(np.zeros((3, 2)), np.zeros((3, 2)), -1.0, 0.3)
+
+
+def test_prox_kernel_is_built_where_there_is_a_compiler():
+    """Where the machine has a C compiler the compiled prox must be built (a silent fallback to
+    numpy would only show as a slower solver)."""
+    import importlib
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    assert importlib.import_module("attnlab.theory.phase_transition.prox")._kernel() is not None
+
+
+@pytest.mark.parametrize(
+    "V, omega, A", [(0.3, 0.0, None), (2.0, 0.3, [[0.9, 0.1], [0.25, 0.75]]), (14.6, 0.7, None)]
+)
+def test_prox_kernel_equals_the_numpy_prox(V, omega, A):
+    """The compiled kernel runs numpy's algorithm node by node: the same minimizers and values
+    to rounding at generic nodes (u and h* of unequal scales, an unsymmetric A), from the starts
+    the solver uses (u, -u, 0 and a previous solution), so that the kicks off the stationary
+    point at the origin (start 0) are exercised too."""
+    import importlib
+
+    P = importlib.import_module("attnlab.theory.phase_transition.prox")
+    if P._kernel() is None:
+        pytest.skip("the kernel is not built here")
+    rng = np.random.default_rng(7)
+    n = 3000
+    u1, u2 = rng.normal(0.1, 1.4, n), rng.normal(-0.2, 0.6, n)
+    T = _target(rng.normal(0, 0.9, n), rng.normal(0, 0.4, n), omega, P._check_A(A))
+    prev = (u1 + rng.normal(0, 0.3, n), -u2 + rng.normal(0, 0.3, n))
+    starts = [(u1, u2), (-u1, -u2), (np.zeros(n), np.zeros(n)), prev]
+    h1, h2, f = P._prox_batch(u1, u2, V, T, 0.25, starts)
+    r1, r2, rf = P._prox_batch_numpy(u1, u2, V, T, 0.25, starts)
+    np.testing.assert_allclose(f, rf, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(h1, r1, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(h2, r2, rtol=0, atol=1e-9)
+    assert np.ptp(f) > 0.1 and len({round(x, 3) for x in h1}) > 100  # generic, not a degenerate case

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
+
+from attnlab import ccompile
 
 SOURCE = Path(__file__).with_name("gram_kernel.c")
 CFLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-std=c11", "-fPIC", "-shared")
@@ -40,43 +38,14 @@ _LANES = {torch.float32: 8, torch.float64: 4}  # one 256-bit vector register
 _REAL = {torch.float32: "float", torch.float64: "double"}
 
 
-def _cpu_flags() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    return next((line for line in info.splitlines() if line.startswith("flags")), "")
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ATTNLAB_CACHE") or Path.home() / ".cache" / "attnlab") / "gram_kernel"
-
-
 @functools.cache
 def _library(dtype: torch.dtype, Dp: int):
     """The compiled kernel for ``dtype`` and padded size ``Dp = d + 2``, or ``None`` if it cannot be built."""
     if os.environ.get("ATTNLAB_GRAM_KERNEL", "1") == "0" or dtype not in _LANES:
         return None
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        return None
     defines = (f"-DREAL={_REAL[dtype]}", f"-DDP={Dp}", f"-DW={_LANES[dtype]}")
-    # -march=native: the library is for this CPU (the key holds its flags) and this source
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join((cc, *CFLAGS, *defines, _cpu_flags())).encode()
-    ).hexdigest()[:16]
-    path = _cache_dir() / f"gram_{_REAL[dtype]}_{Dp}_{key}.so"
-    try:
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # atomic: parallel test workers
-                out = Path(tmp) / path.name
-                cmd = [cc, *CFLAGS, *defines, str(SOURCE), "-o", str(out)]
-                if subprocess.run(cmd, capture_output=True).returncode != 0:
-                    return None
-                os.replace(out, path)
-        lib = ctypes.CDLL(str(path))
-    except OSError:  # no writable cache, or a library that does not load
+    lib = ccompile.load(SOURCE, "gram_kernel", CFLAGS, defines)
+    if lib is None:
         return None
     p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
     lib.gram_forward.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p]

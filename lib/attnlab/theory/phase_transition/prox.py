@@ -12,13 +12,22 @@ with an eigenvalue-shifted Hessian (a descent direction even where the problem i
 a backtracking Armijo line search. Converged nodes leave the active set. Several starting points
 (u, 0 and the previous solution) are tried and the lowest objective is kept, so the prox is the
 global minimizer, not a local one; stationary points that are not minima are escaped by small kicks.
+The same algorithm runs node by node in a compiled kernel, ``prox_kernel.c`` (built at first use,
+see :mod:`attnlab.ccompile`), about ten times faster than numpy's step-by-step batches; where it
+cannot be built, or with ``ATTNLAB_PROX_KERNEL=0``, the numpy code runs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+from pathlib import Path
+
 import numpy as np
 from scipy.special import expit
 
+from attnlab import ccompile
 from attnlab.validation import check_finite, check_real, check_shape
 
 __all__ = ["DEFAULT_A", "prox"]
@@ -151,7 +160,41 @@ def _newton(h1, h2, u1, u2, V, T, s2, max_iter=60, gtol=1e-9):
     return h1, h2, idx.size
 
 
+@functools.cache
+def _kernel():
+    """The compiled ``prox_batch`` of ``prox_kernel.c``, or ``None`` (not built, or turned off)."""
+    if os.environ.get("ATTNLAB_PROX_KERNEL", "1") == "0":
+        return None
+    flags = ("-O2", "-ffp-contract=off", "-std=c11", "-fPIC", "-shared")
+    lib = ccompile.load(Path(__file__).with_name("prox_kernel.c"), "prox_kernel", flags + ("-lm",))
+    if lib is None:
+        return None
+    p = ctypes.c_void_p
+    real = ctypes.c_double
+    lib.prox_batch.argtypes = [ctypes.c_ssize_t, p, p, real, p, p, p, p, real, ctypes.c_int, p, p, p, p]
+    lib.prox_batch.restype = None
+    return lib
+
+
 def _prox_batch(u1, u2, V, T, s2, starts):
+    """Global prox over a list of starting points: keep the lowest objective per node.
+
+    Runs the compiled kernel when it is built (the same algorithm as :func:`_prox_batch_numpy`).
+    """
+    lib = _kernel()
+    if lib is None:
+        return _prox_batch_numpy(u1, u2, V, T, s2, starts)
+    arrays = [np.ascontiguousarray(x, dtype=float) for x in (u1, u2, *T)]
+    st = [np.ascontiguousarray(x, dtype=float) for start in starts for x in start]
+    ptrs = (ctypes.c_void_p * len(st))(*(x.ctypes.data for x in st))
+    h1, h2, f = (np.empty(arrays[0].size) for _ in range(3))
+    u_ptrs, T_ptrs = (x.ctypes.data for x in arrays[:2]), (x.ctypes.data for x in arrays[2:])
+    out = (h1.ctypes.data, h2.ctypes.data, f.ctypes.data)
+    lib.prox_batch(arrays[0].size, *u_ptrs, float(V), *T_ptrs, float(s2), len(starts), ptrs, *out)
+    return [h1, h2, f]
+
+
+def _prox_batch_numpy(u1, u2, V, T, s2, starts):
     """Global prox over a list of starting points: keep the lowest objective per node.
 
     A start can sit on a stationary point that is not a minimum (at u = 0 the origin is one,
