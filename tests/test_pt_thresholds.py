@@ -73,3 +73,31 @@ def test_warm_started_thresholds_find_the_cold_scans_root():
     kw = {"n_nodes": 10, "bracket": (0.1, 3.0), "n_grid": 4, "xtol": 1e-4}
     assert se.alpha_c(0.3, **kw) == pytest.approx(1.2522724, abs=1e-4)
     assert se.alpha_l(0.3, **kw) == pytest.approx(1.4909113, abs=1e-4)
+
+
+def test_guided_root_polishes_the_coarse_root_in_few_fine_evaluations():
+    """The root finder of alpha_c and alpha_l: the coarse rule locates the root, secant steps on
+    the fine one finish it. Where the two differ by a shift, the fine root comes to xtol in at most
+    four fine evaluations; where the coarse rule has a spurious sign change that the fine one does
+    not share (as 8 nodes have at omega = 0.1, alpha = 0.104), the fine root is still found."""
+    from attnlab.theory.phase_transition.thresholds import _guided_root
+
+    def g(x):
+        return (x - 1.2345) * (1 + 0.7 * x) + 0.05 * (x - 1.2345) ** 2
+
+    calls = []
+
+    def fine(x):
+        calls.append(x)
+        return g(x)
+
+    root = _guided_root(fine, lambda x: g(x + 0.0063), 0.1, 3.0, 4, 1e-4)
+    assert abs(root - 1.2345) <= 1e-4
+    assert len(calls) <= 4
+
+    def spurious(x):  # g shifted, plus a sign change near 0.104 that fine does not have
+        return g(x + 0.0063) + (4.0 if x > 0.104 else 0.0) - 3.0 * (x > 0.3)
+
+    calls.clear()
+    assert spurious(0.1) > 0 > spurious(0.105) or spurious(0.1) < 0 < spurious(0.105)
+    assert abs(_guided_root(fine, spurious, 0.1, 3.0, 4, 1e-4) - 1.2345) <= 1e-4

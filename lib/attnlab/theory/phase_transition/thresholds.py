@@ -89,7 +89,7 @@ def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
 
 
 def _remembered(fun):
-    """``fun`` of one float, each value computed once."""
+    """``fun`` of one float, each value computed once (the values so far in ``.seen``)."""
     seen = {}
 
     def f(a):
@@ -98,6 +98,7 @@ def _remembered(fun):
             seen[a] = fun(a)
         return seen[a]
 
+    f.seen = seen
     return f
 
 
@@ -119,31 +120,66 @@ COARSE_NODES = 8  # the root is first located on this many nodes per axis, then 
 WARM_WITHIN = 0.3  # a new α starts from the nearest solved α of its branch at most this far away
 
 
+def _secant_slope(seen, x):
+    """The slope of the secant through the two remembered points nearest ``x``."""
+    (a, fa), (b, fb) = sorted(seen.items(), key=lambda p: abs(p[0] - x))[:2]
+    return (fb - fa) / (b - a)
+
+
+def _polished_root(f, x0, slope, lo, hi, xtol, max_evals=6):
+    """A root of ``f`` near ``x0`` to ``xtol`` by secant steps, or ``nan``.
+
+    ``slope`` is an estimate of ``f'`` near the root (the coarse rule's). From ``x0``, each step
+    goes to the secant estimate through the two points nearest to it (the first with ``slope``);
+    once an estimate is within ``xtol / 2`` of the last point, the next point is placed ``xtol / 2``
+    beyond it, so that the two bracket the root. The root returned is the linear interpolation
+    inside a sign change of ``f`` of width at most ``xtol``: a root to ``xtol``, as brentq's.
+    ``nan`` if no such bracket is found in ``max_evals`` evaluations inside [lo, hi].
+    """
+    x = x0
+    for _ in range(max_evals):
+        if not lo <= x <= hi:
+            return float("nan")
+        fx = f(x)
+        if not np.isfinite(fx):
+            return float("nan")
+        if fx == 0:
+            return x
+        opposite = [a for a, v in f.seen.items() if np.isfinite(v) and v * fx < 0 and abs(a - x) <= xtol]
+        if opposite:
+            b = min(opposite, key=lambda a: abs(a - x))
+            return x - fx * (b - x) / (f.seen[b] - fx)
+        if len(f.seen) > 1:
+            slope = _secant_slope(f.seen, x)
+        if not np.isfinite(slope) or slope == 0:
+            return float("nan")
+        step = -fx / slope
+        x = x + (step + np.sign(step) * xtol / 2 if abs(step) < xtol / 2 else step)
+    return float("nan")
+
+
 def _guided_root(fine, coarse, lo, hi, n_grid, xtol):
     """A root of ``fine`` to ``xtol``, located with a cheaper ``coarse`` (the same difference on fewer nodes).
 
     The scan and a rough Brent root (to 1e-3) use ``coarse``, in the first interval of the scan
-    where ``coarse`` changes sign. ``fine`` is then evaluated at that interval's ends; if its signs
-    differ there, Brent's method runs on a bracket of half-width 0.01 around the rough root when
-    that brackets a sign change of ``fine``, else on the whole interval. Otherwise (no coarse
-    sign change, or the fine signs agree at the interval's ends: the coarse rule can misplace a
-    root where the two sides nearly touch, as at small ω) ``fine`` is scanned on the grid as in
-    :func:`_bracket_root`. The result is a root of ``fine`` to ``xtol`` in every case.
+    where ``coarse`` changes sign. From the rough root, secant steps on ``fine`` (the first with
+    the coarse slope there) find a sign change of ``fine`` of width at most ``xtol`` inside that
+    interval (:func:`_polished_root`; three or four evaluations of ``fine`` where the two rules
+    differ by a shift). Failing that (no coarse sign change, or the secant leaves the interval:
+    the coarse rule can misplace a root where the two sides nearly touch, as at small ω), ``fine``
+    is scanned on the grid as in :func:`_bracket_root`. The result is a root of ``fine`` to
+    ``xtol`` in every case.
     """
     f = _remembered(fine)
     if coarse is not None:
         grid = np.linspace(lo, hi, n_grid)
-        rough = _bracket_root(coarse, lo, hi, n_grid, max(xtol, 1e-3))
+        c = _remembered(coarse)
+        rough = _bracket_root(c, lo, hi, n_grid, max(xtol, 1e-3))
         if np.isfinite(rough):
             i = min(int(np.searchsorted(grid, rough, side="right")) - 1, n_grid - 2)
-            g0, g1 = grid[i], grid[i + 1]
-            f0, f1 = f(g0), f(g1)
-            if np.isfinite(f0) and np.isfinite(f1) and f0 * f1 <= 0:
-                a, b = max(g0, rough - 0.01), min(g1, rough + 0.01)
-                fa, fb = f(a), f(b)
-                if np.isfinite(fa) and np.isfinite(fb) and fa * fb <= 0:
-                    return brentq(f, a, b, xtol=xtol)
-                return brentq(f, g0, g1, xtol=xtol)
+            root = _polished_root(f, rough, _secant_slope(c.seen, rough), grid[i], grid[i + 1], xtol)
+            if np.isfinite(root):
+                return root
     return _bracket_root(f, lo, hi, n_grid, xtol)
 
 
@@ -167,6 +203,9 @@ class _Branch:
 
     def __call__(self, alpha):
         alpha = float(alpha)
+        done = [s for s in self.solved if s.alpha == alpha]
+        if done:  # asked again (the coarse rule by the scan and by a coarse-to-fine start)
+            return done[0]
         near = [s for s in self.solved if self.warm and s.converged and abs(s.alpha - alpha) <= WARM_WITHIN]
         start = min(near, key=lambda s: abs(s.alpha - alpha)) if near else None
         if start is None and self.coarse is not None:
