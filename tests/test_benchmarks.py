@@ -28,6 +28,10 @@ def test_smallest_benchmarks_run(tmp_path):
     assert pd["points"] == 2
     th = bench.bench_thresholds(n_nodes=4)
     assert th["alpha_c"]["root"] == pytest.approx(th["alpha_c"]["plain_root"], abs=2e-4)
+    th["prox"] = bench.bench_prox(n_nodes=(4,), repeats=1)
+    assert all(r["max_diff"] < 1e-12 for r in th["prox"]["rows"])
+    th["lines"] = bench.bench_transition_lines(n_omega=1, omega_max=0.3, n_nodes=4, n_jobs=2)
+    assert [p["name"] for p in th["lines"]["points"]] == ["alpha_c", "alpha_l"]
     icl = bench.bench_icl(n_layers=2, batch_size=8, steps=1, repeats=1, batched_models=2)
     assert set(icl["params"]) == {"diag", "full"} and icl["peak"] > 0
     chapter = tmp_path / "c.md"
@@ -36,7 +40,7 @@ def test_smallest_benchmarks_run(tmp_path):
     book = bench.bench_book([chapter], timeout=60)
     assert book["chapters"][0]["ok"]
     text = bench.render(se, pd, icl, book, quick=True, wall=1.0, th_res=th)
-    assert "Part II" in text and "Total" in text and "the thresholds" in text
+    assert "Part II" in text and "Total" in text and "the thresholds" in text and "α_c(ω), α_l(ω)" in text
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- bench:start -->\nold\n<!-- bench:end -->\nb\n")
     assert (
