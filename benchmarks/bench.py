@@ -14,6 +14,8 @@ reports ratios; absolute times are printed only for context (the machine may be 
 * ``bench_phase_diagram``: the paper-scale 20×20 (α, ω) grid ``pt_phase_diagram`` on 2 workers.
 * ``bench_thresholds``: ``alpha_c`` and ``alpha_l`` at one ω against the plain root finder (the
   same scan and Brent's method, every α solved cold on the full rule), alternately.
+* ``bench_transition_lines``: the whole α_c(ω), α_l(ω) curve at 20 values of ω on 2 workers.
+* ``bench_prox``: the compiled prox against numpy's (the same algorithm), alternately.
 * ``bench_icl``: Part III's trainer (:func:`attnlab.icl_training.train_icl`) against the naive
   token-form loop of :mod:`benchmarks.icl_reference` (one model, autograd, ``torch.optim.Adam``)
   at the same thread count, with fresh data and on a fixed batch; many models in one call against
