@@ -213,3 +213,14 @@ def test_full7_rates_differ_from_the_recipe_only_in_the_rate():
     assert [c["lr"]["full"] for c in cpu["arms"].values()] == [3e-4, 5e-4, 1e-3]
     res = ex.run("icl_full7_rates", overrides={"n_eval": 200, "n_val": 100}, cache=False)
     assert [(r["arm"], r["lr"]) for r in res.rows] == [(a, c["lr"]["full"]) for a, c in cpu["arms"].items()]
+
+
+def test_full7_long_is_the_recipe_with_four_times_the_steps():
+    exp = ex.get("icl_full7_long")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    same = ("lr", "lr_schedule", "batch_size", "betas", "max_grad_norm", "patience", "reruns")
+    same += ("rerun_lr_factor", "noise", "n_seeds", "n_eval", "eval_seed", "n_val")
+    assert all(cpu[k] == recipe[k] for k in same) and cpu["steps"] == 4 * recipe["steps"]
+    assert cpu["depths"] == {"full": [7]} and cpu["arms"] == {"4x steps": {}}
+    res = ex.run("icl_full7_long", overrides={"n_eval": 200, "n_val": 100}, cache=False)
+    assert all(r["kind"] == "table" and r["arm"] == "4x steps" and r["param"] == "full" for r in res.rows)
