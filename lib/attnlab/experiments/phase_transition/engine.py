@@ -36,7 +36,15 @@ from attnlab.validation import (
 INITS = ("semantic", "positional", "random")
 OPTIMIZERS = ("gd", "adam")
 
-__all__ = ["INITS", "alpha_grid", "rows_from", "run_alphas", "summarize", "train_batched"]
+__all__ = [
+    "INITS",
+    "alpha_grid",
+    "lowest_risk_at_overlap",
+    "rows_from",
+    "run_alphas",
+    "summarize",
+    "train_batched",
+]
 
 
 def _initial_Q(init, teacher, r, gen):
@@ -249,6 +257,102 @@ def _train(ns, n_seeds, seed, *, d, omega, inits, sigma, lam, lr, steps, optimiz
         out["curve_m"] = np.abs(np.stack([ov["m"] for ov in overlaps]))
         out["curve_theta_over_sigma2"] = np.abs(np.stack([ov["theta"] for ov in overlaps])) / sigma**2
     return out
+
+
+def lowest_risk_at_overlap(
+    *,
+    alpha,
+    omega: float,
+    branch: str,
+    values,
+    d: int,
+    seed: int = 0,
+    sigma: float = 0.5,
+    lam: float = 0.01,
+    A=None,
+    max_iter: int = 5000,
+) -> list[dict]:
+    """The lowest training loss found at finite ``d`` with the branch's order parameter held fixed.
+
+    The finite-d counterpart of :func:`attnlab.theory.phase_transition.constrained`: for one teacher
+    (normalised, ``||Q*||^2 = d``) and one training set of ``n = alpha d`` samples, minimise the
+    regularised risk ``eps_t = (sum_mu ||f_Q - y||^2/(2d) + lam/2 ||Q||^2) / d`` over students with
+    ``Q*^T Q / d = value`` and ``m = 0`` (``branch="semantic"``), or with ``m = value`` and
+    ``theta = 0`` (``"positional"``): ``Q = a e + w``, with ``e`` the component of ``Q*`` (or of
+    ``1``) orthogonal to the other direction and ``w`` orthogonal to both. ``w`` is found by
+    L-BFGS (scipy, float64, projected gradient below 1e-9 or ``max_iter`` iterations), by
+    continuation along ``values`` in both directions from a small random start; at each value the
+    lower of the two results is kept. The landscape is not convex, so this is the lowest loss
+    *found*, an upper bound on the minimum at that overlap. One row per value: ``value``, ``eps_t``,
+    ``q``, ``grad`` (the norm of the projected gradient of the summed risk at the result), and the
+    result's ``m`` and ``theta_over_sigma2`` (one is ``value``, the other 0, to rounding).
+    """
+    from scipy.optimize import minimize
+
+    alpha = check_positive("alpha", alpha)
+    omega = check_real("omega", omega, minimum=0.0, maximum=1.0)
+    branch = check_choice("branch", branch, ("semantic", "positional"))
+    values = [check_real("values", v) for v in np.atleast_1d(np.asarray(values, dtype=float))]
+    if not values:
+        raise ValueError("values must be a non-empty sequence of overlaps")
+    d = check_int("d", d, minimum=2)
+    sigma, lam = check_positive("sigma", sigma), check_real("lam", lam, minimum=0.0)
+    max_iter = check_int("max_iter", max_iter, minimum=1)
+    dtype = torch.float64
+    gen = make_generator(seed)
+    teacher = ps.make_teacher(d, omega, sigma=sigma, A=A, n_seeds=1, seed=gen, dtype=dtype)
+    teacher.Q_star *= d**0.5 / teacher.Q_star.norm(dim=-1, keepdim=True)
+    X, Y, _ = ps.sample(max(1, int(round(alpha * d))), teacher, seed=gen)
+    data = TiedLowRankAttention.reduce(X, Y)
+    del X, Y
+    model = TiedLowRankAttention(d, 1, init=teacher.Q_star[:, :, None].clone(), runs=(1,), dtype=dtype)
+    Q_star, ones = teacher.Q_star[0], torch.ones(d, dtype=dtype)
+    held, other = (Q_star, ones) if branch == "semantic" else (ones, Q_star)
+    other = other / other.norm()
+    e = held - (other @ held) * other  # the held direction, orthogonal to the other one
+    e_hat = e / e.norm()
+
+    def project(w):  # onto the complement of span(e, other)
+        w = w - (other @ w) * other
+        return w - (e_hat @ w) * e_hat
+
+    def loss_grad(Q):
+        model.zero_grad()
+        with torch.no_grad():
+            model.Q.copy_(Q.reshape(1, d, 1))
+        loss = model.risk(data, fast=False).sum() + 0.5 * lam * model.Q.square().sum()
+        loss.backward()
+        return loss.item(), model.Q.grad[0, :, 0].clone()
+
+    def at(value, w0):
+        a = value * d / (held @ e).item()  # held^T Q / d = value
+
+        def f(v):
+            loss, g = loss_grad(a * e + project(torch.from_numpy(v)))
+            return loss, project(g).numpy()
+
+        opts = {"maxiter": max_iter, "maxcor": 50, "gtol": 1e-9, "ftol": 1e-15}
+        res = minimize(f, project(w0).numpy(), jac=True, method="L-BFGS-B", options=opts)
+        w = project(torch.from_numpy(res.x))
+        Q = a * e + w
+        loss, g = loss_grad(Q)
+        row = {
+            "eps_t": loss / d,
+            "q": sigma**2 * Q.square().sum().item() / d,
+            "grad": project(g).norm().item(),
+        }
+        row |= {"m": (ones @ Q).item() / d, "theta_over_sigma2": (Q_star @ Q).item() / d}
+        return row, w
+
+    start = 0.5 * project(torch.randn(d, dtype=dtype, generator=gen))
+    best: dict = {}
+    for order in (sorted(values, reverse=True), sorted(values)):
+        w = start
+        for value in order:
+            row, w = at(value, w)
+            if value not in best or row["eps_t"] < best[value]["eps_t"]:
+                best[value] = row
+    return [{"value": v, **best[v]} for v in sorted(best)]
 
 
 def rows_from(out: dict, inits, **fixed) -> list[dict]:

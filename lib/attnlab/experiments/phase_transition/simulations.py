@@ -1,13 +1,20 @@
 """Part II's registered finite-d experiments (pt = phase transition): GD and Adam vs alpha, d, variants.
 
 Each experiment calls :func:`~attnlab.experiments.phase_transition.engine.train_batched` (chapters
-01, 03, 04 and 05 show them).
+01, 03, 04 and 05 show them), except ``pt_landscape``, which minimises the risk at a fixed overlap
+(:func:`~attnlab.experiments.phase_transition.engine.lowest_risk_at_overlap`, chapter 03).
 """
 
 from __future__ import annotations
 
-from attnlab.experiments import experiment
-from attnlab.experiments.phase_transition.engine import alpha_grid, rows_from, run_alphas, train_batched
+from attnlab.experiments import experiment, sweep
+from attnlab.experiments.phase_transition.engine import (
+    alpha_grid,
+    lowest_risk_at_overlap,
+    rows_from,
+    run_alphas,
+    train_batched,
+)
 
 
 def _train_kwargs(config: dict, device: str) -> dict:
@@ -288,3 +295,101 @@ def pt_metastable(config: dict, device: str) -> list[dict]:
                 row["deps_t_last"] = float(out["curve_eps_t"][-1, 0, s] - out["curve_eps_t"][-2, 0, s])
                 rows.append(row)
     return rows
+
+
+# (omega, alpha, branch, overlaps) of pt_landscape: the metastable points A, B and C of
+# METASTABLE_POINTS, and a control where the semantic branch is the global minimum and GD agrees
+# with the theory (omega = 0.3, alpha = 2)
+LANDSCAPE_POINTS = [
+    [0.5, 1.19, "semantic", [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45]],
+    [0.15, 1.79, "positional", [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]],
+    [0.3, 0.8, "semantic", [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45]],
+    [0.3, 2.0, "semantic", [0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8]],
+]
+
+
+def _landscape_task(omega, alpha, branch, values, d, seed, sigma, lam):
+    rows = lowest_risk_at_overlap(
+        alpha=alpha, omega=omega, branch=branch, values=values, d=d, seed=seed, sigma=sigma, lam=lam
+    )
+    return [
+        {"omega": omega, "alpha": alpha, "branch": branch, "kind": "finite d", "d": d, "seed": seed} | r
+        for r in rows
+    ]
+
+
+def _landscape_theory(omega, alpha, branch, values, sigma, lam, n_nodes, check_nodes):
+    from attnlab.theory import phase_transition as se
+
+    rows, init = [], None
+    where = {"omega": omega, "alpha": alpha, "branch": branch}
+    for value in values:
+        c = se.constrained(alpha, omega, branch, value, sigma, lam, n_nodes=n_nodes, init=init)
+        init = (c.q, c.V) if c.converged else None
+        # V = sigma^2 / (lam + sigma^2 V_hat) (eq-pt-se-overlaps)
+        V_hat = (sigma**2 / c.V - lam) / sigma**2 if c.converged else float("nan")
+        rows.append(where | {"kind": "theory", "value": value, "eps_t": c.eps_t, "q": c.q, "V_hat": V_hat})
+    fp = se.solve(alpha, omega, branch, sigma, lam, n_nodes=n_nodes)
+    row = where | {"kind": "fixed point", "value": fp.theta_over_sigma2 if branch == "semantic" else fp.m}
+    row |= {"eps_t": fp.eps_t, "q": fp.q, "V_hat": fp.V_hat, "converged": fp.converged}
+    if fp.converged:
+        rep = se.replicon(fp)
+        row |= {"V_hat_smooth": rep.V_hat_smooth, "jump_share": rep.jump_share, "replicon": rep.replicon}
+        for n in check_nodes:
+            row[f"replicon_{n}"] = se.replicon(fp, n_nodes=n).replicon
+    return [*rows, row]
+
+
+@experiment(
+    "pt_landscape",
+    book={
+        "points": [[o, a, b, v[::4]] for o, a, b, v in LANDSCAPE_POINTS],
+        "ds": [100, 200],
+        "n_seeds": 2,
+        "n_nodes": 8,
+        "check_nodes": [12],
+        "sigma": 0.5,
+        "lam": 0.01,
+        "seed": 0,
+        "n_jobs": 2,
+    },
+    paper={
+        "points": LANDSCAPE_POINTS,
+        "ds": [250, 500, 1000, 2000],
+        "n_seeds": 4,
+        "n_nodes": 20,
+        "check_nodes": [12, 28, 40],
+        "sigma": 0.5,
+        "lam": 0.01,
+        "seed": 0,
+        "n_jobs": 2,
+    },
+    description="finite-d lowest training loss at a fixed overlap vs the theory, d up to 2000 (chapter 3)",
+)
+def pt_landscape(config: dict, device: str) -> list[dict]:
+    """A finite-size scaling of the training loss at a fixed order parameter (issue 14, item 1).
+
+    At each point of ``points`` and each ``d`` of ``ds``, for ``n_seeds`` teachers and training
+    sets, the lowest regularised risk that L-BFGS finds with the branch's order parameter held at
+    each of the point's values (:func:`~attnlab.experiments.phase_transition.engine.lowest_risk_at_overlap`,
+    ``kind = "finite d"``, one row per value, d and seed); the replica-symmetric curve at the same
+    values (``se.constrained``, ``kind = "theory"``, with the conjugate ``V_hat``); and the branch's
+    fixed point with its replicon diagnostics (``se.replicon`` at ``n_nodes`` and ``check_nodes``,
+    ``kind = "fixed point"``). ``device`` is unused (float64 on the CPU).
+    """
+    sigma, lam = config["sigma"], config["lam"]
+    tasks, theory = [], []
+    for k, (omega, alpha, branch, values) in enumerate(config["points"]):
+        values = [float(v) for v in values]
+        where = {"omega": omega, "alpha": alpha, "branch": branch, "values": values}
+        where |= {"sigma": sigma, "lam": lam}
+        theory.append(where | {"n_nodes": config["n_nodes"], "check_nodes": config["check_nodes"]})
+        for j, d in enumerate(config["ds"]):
+            for s in range(config["n_seeds"]):
+                seed = config["seed"] + 10_000 * k + 100 * j + s
+                tasks.append(where | {"d": d, "seed": seed})
+    # the largest d first, so that the two workers finish together
+    tasks.sort(key=lambda t: -t["d"])
+    parts = sweep(_landscape_task, tasks, n_jobs=config["n_jobs"])
+    parts += sweep(_landscape_theory, theory, n_jobs=config["n_jobs"])
+    return [row for part in parts for row in part]

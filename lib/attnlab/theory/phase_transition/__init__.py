@@ -13,7 +13,8 @@ chapters 03 and 04 use the solver. One concept per module:
 * :mod:`.fixed_point` – the solver (damped iteration + Anderson), both branches;
 * :mod:`.authors` – the authors' own procedure, to reproduce their published numbers;
 * :mod:`.thresholds` – ε_lin, α_c, α_l and the branch curves over α;
-* :mod:`.constrained` – the training loss with the order parameter held fixed, and its slope.
+* :mod:`.constrained` – the training loss with the order parameter held fixed, and its slope;
+* :mod:`.replicon` – the stability of a fixed point against replica-symmetry breaking.
 
 Public API (all importable from this package)
 ---------------------------------------------
@@ -32,6 +33,10 @@ Public API (all importable from this package)
     The training loss ``eps_t`` of the best student whose order parameter (θ/σ² on the semantic
     branch, m on the positional one) is held at ``value``, and its ``slope`` in that parameter
     (zero at a fixed point of the full map).
+``replicon(fp, A=None, *, n_nodes=None) -> Replicon``
+    The replicon (de Almeida–Thouless) quantity ``R = α E‖I - ∂h/∂u‖_F²`` of a fixed point (the
+    replica-symmetric point is stable against replica-symmetry breaking while ``R < 1``) and
+    ``jump_share``, the weight in ``V̂`` of the nodes where the prox jumps between two minima.
 ``solve_both(alpha, omega, ...) -> dict``
     ``{"semantic": FixedPoint, "positional": FixedPoint, "global": FixedPoint}``; the global
     minimum is the branch with the lower training loss ``eps_t``.
@@ -77,6 +82,7 @@ from attnlab.theory.phase_transition.fixed_point import (
     solve_both,
 )
 from attnlab.theory.phase_transition.prox import DEFAULT_A, prox
+from attnlab.theory.phase_transition.replicon import Replicon, replicon
 from attnlab.theory.phase_transition.thresholds import (
     alpha_c,
     alpha_l,
@@ -104,6 +110,8 @@ __all__ = [
     "on_branch",
     "product_rule",
     "prox",
+    "replicon",
+    "Replicon",
     "solve",
     "solve_authors",
     "solve_both",
