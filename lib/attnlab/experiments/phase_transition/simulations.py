@@ -297,6 +297,37 @@ def pt_metastable(config: dict, device: str) -> list[dict]:
     return rows
 
 
+# the target points of issue 14 at omega = 0.3: both starts at alpha = 0.8, 1.2, 1.6 and 2
+TARGET_POINTS = [[0.3, alpha, init] for alpha in (0.8, 1.2, 1.6, 2.0) for init in ("semantic", "positional")]
+
+experiment(
+    "pt_targets",
+    book={
+        **_COMMON,
+        "points": TARGET_POINTS[-2:],
+        "ds": [100],
+        "steps": 3000,
+        "record_every": 1000,
+        "n_seeds": 2,
+        "n_test": 1000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },
+    paper={
+        **_COMMON,
+        "points": TARGET_POINTS,
+        "ds": [1000],
+        "steps": 30_000,
+        "record_every": 10_000,
+        "n_seeds": 4,
+        "n_test": 10000,
+        "normalize_teacher": True,
+        "seed": 0,
+    },
+    description="GD run until flat from both starts at omega = 0.3, alpha = 0.8-2, d = 1000 (chapter 3)",
+)(pt_metastable)
+
+
 # (omega, alpha, branch, overlaps) of pt_landscape: the metastable points A, B and C of
 # METASTABLE_POINTS, and a control where the semantic branch is the global minimum and GD agrees
 # with the theory (omega = 0.3, alpha = 2)
