@@ -237,29 +237,31 @@ METASTABLE_POINTS = [
     [0.3, 0.8, "semantic"],
 ]
 
+# GD run until flat (the runs of pt_metastable, pt_targets and pt_targets_scaling): six times the
+# authors' 5000 steps, the overlaps recorded every 10,000 steps to see that they have stopped
+_UNTIL_FLAT = {
+    **_COMMON,
+    "steps": 30_000,
+    "record_every": 10_000,
+    "n_seeds": 4,
+    "n_test": 10000,
+    "normalize_teacher": True,
+}
+_UNTIL_FLAT_BOOK = _UNTIL_FLAT | {"steps": 3000, "record_every": 1000, "n_seeds": 2, "n_test": 1000}
+
 
 @experiment(
     "pt_metastable",
     book={
-        **_COMMON,
+        **_UNTIL_FLAT_BOOK,
         "points": METASTABLE_POINTS,
         "ds": [100],
-        "steps": 3000,
-        "record_every": 1000,
-        "n_seeds": 2,
-        "n_test": 1000,
-        "normalize_teacher": True,
         "seed": 0,
     },
     paper={
-        **_COMMON,
+        **_UNTIL_FLAT,
         "points": METASTABLE_POINTS,
         "ds": [250, 500, 1000],
-        "steps": 30_000,
-        "record_every": 10_000,
-        "n_seeds": 4,
-        "n_test": 10000,
-        "normalize_teacher": True,
         "seed": 0,
     },
     description="GD run until flat at the metastable points of issue 14, d up to 1000 (chapter 3)",
@@ -303,28 +305,36 @@ TARGET_POINTS = [[0.3, alpha, init] for alpha in (0.8, 1.2, 1.6, 2.0) for init i
 experiment(
     "pt_targets",
     book={
-        **_COMMON,
+        **_UNTIL_FLAT_BOOK,
         "points": TARGET_POINTS[-2:],
         "ds": [100],
-        "steps": 3000,
-        "record_every": 1000,
-        "n_seeds": 2,
-        "n_test": 1000,
-        "normalize_teacher": True,
         "seed": 0,
     },
     paper={
-        **_COMMON,
+        **_UNTIL_FLAT,
         "points": TARGET_POINTS,
         "ds": [1000],
-        "steps": 30_000,
-        "record_every": 10_000,
-        "n_seeds": 4,
-        "n_test": 10000,
-        "normalize_teacher": True,
         "seed": 0,
     },
     description="GD run until flat from both starts at omega = 0.3, alpha = 0.8-2, d = 1000 (chapter 3)",
+)(pt_metastable)
+
+
+experiment(
+    "pt_targets_scaling",
+    book={
+        **_UNTIL_FLAT_BOOK,
+        "points": TARGET_POINTS[-2:],
+        "ds": [50],
+        "seed": 50,
+    },
+    paper={
+        **_UNTIL_FLAT,
+        "points": TARGET_POINTS,
+        "ds": [250, 500],
+        "seed": 50,
+    },
+    description="pt_targets at d = 250 and 500, for a finite-size scaling with it (chapter 3)",
 )(pt_metastable)
 
 
