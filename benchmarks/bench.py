@@ -696,7 +696,9 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
             f"products are, was {icl_res.get('small_matmul', float('nan')) / 1e9:.1f} GFLOP/s "
             f"({100 * icl_res.get('small_matmul', float('nan')) / icl_res['peak']:.0f}% of the peak). The kernel "
             "takes blocks of 8 sequences through every layer and back while they stay in the cache; for the "
-            "training loss (`GramHalfMSE`) it does a block's forward and backward passes together, once. "
+            "training loss (`GramHalfMSE`) it does a block's forward and backward passes together, once; the "
+            "weights' gradients are summed per lane and added up across the lanes once per model. It also "
+            "computes the context Gram matrices `EᵀE` the Gram form starts from, 8 sequences at a time. "
             + (
                 f"Building the kernel (the C compiler, once per dtype and d, then cached) took "
                 f"{icl_res['kernel_build_s']:.1f} s in this run."

@@ -16,6 +16,8 @@
  * y     [M][L+1][B]           the readouts -X_l[a][q] (forward)
  * ybar  [M][L+1][B]           their upstream gradient (backward)
  * g0,g1 the gradients of w0, w1 (backward, overwritten)
+ * The weights' gradients are summed per lane over the blocks and added up across the lanes once per
+ * model. gram_matrices computes the context Gram matrices G0 themselves, W sequences at a time.
  */
 #include <stddef.h>
 #include <string.h>
@@ -26,6 +28,9 @@
 #define AT(M_, i, j) ((M_) + ((i) * DP + (j)) * W)
 
 typedef REAL real;
+/* The W lanes of one matrix entry as one vector (GCC's vector extension), for the elementwise
+ * statements, which the compiler otherwise vectorises across entries with permutations. */
+typedef real vec __attribute__((vector_size(W * sizeof(real)), aligned(sizeof(real)), may_alias));
 
 /* C = A B, per lane, with A(i, k) at A + (i ar + k ak) W and B(k, j) at B + (k bk + j bj) W (a
  * transposed operand is a swap of strides): for each row of C, DP accumulators of one vector each
@@ -35,15 +40,19 @@ static inline __attribute__((always_inline)) void product(const real *restrict A
                                                           real *restrict C) {
     for (int i = 0; i < DP; i++) {
         real acc[DP][W];
-        memset(acc, 0, sizeof acc);
-        for (int k = 0; k < DP; k++) {
+        const real *a0 = A + i * ar * W; /* k = 0 starts the sums: no zeroing, no copies */
+        for (int j = 0; j < DP; j++)
+            for (int v = 0; v < W; v++) acc[j][v] = a0[v] * B[j * bj * W + v];
+        for (int k = 1; k < DP; k++) {
             const real *a = A + (i * ar + k * ak) * W;
             for (int j = 0; j < DP; j++) {
                 const real *b = B + (k * bk + j * bj) * W;
                 for (int v = 0; v < W; v++) acc[j][v] += a[v] * b[v];
             }
         }
-        memcpy(AT(C, i, 0), acc, sizeof acc);
+        real *c = AT(C, i, 0);
+        for (int j = 0; j < DP; j++)
+            for (int v = 0; v < W; v++) c[j * W + v] = acc[j][v];
     }
 }
 
@@ -87,13 +96,11 @@ static void expand(int LH, const real *src, real *dst) {
                 for (int v = 0; v < W; v++) AT(dst + lh * MAT, i, j)[v] = src[(lh * D + i) * D + j];
 }
 
-/* Adds the sum over the lanes of A [DP][DP][W] to G [DP][DP]. */
-static void add_lanes(const real *restrict A, real *restrict G) {
-    for (int ij = 0; ij < DP * DP; ij++) {
-        real s = 0;
-        for (int v = 0; v < W; v++) s += A[ij * W + v];
-        G[ij] += s;
-    }
+/* G += A, both [DP][DP][W]: sums per lane, added up over the lanes once per model (store_gradients). */
+static void add_to(const real *restrict A, real *restrict G) {
+    const vec *a = (const vec *)A;
+    vec *g = (vec *)G;
+    for (int ij = 0; ij < DP * DP; ij++) g[ij] += a[ij];
 }
 
 /* The weights of one model: Om [L][DP][DP] (omega), or Pe, Qe [L][H][DP][DP][W] (full, H heads). */
@@ -106,12 +113,9 @@ typedef struct {
 static void operator_T(const Weights *w, int l, const real *X, real *restrict T, real *restrict tmp) {
     if (w->Om) {
         const real *Ol = w->Om + l * DP * DP;
-        for (int i = 0; i < DP; i++) /* Omega' o X */
-            for (int j = 0; j < DP; j++) {
-                real o = Ol[i * DP + j], *t = AT(T, i, j);
-                const real *x = AT(X, i, j);
-                for (int v = 0; v < W; v++) t[v] = o * x[v];
-            }
+        const vec *x = (const vec *)X;
+        vec *t = (vec *)T;
+        for (int ij = 0; ij < DP * DP; ij++) t[ij] = x[ij] * Ol[ij]; /* Omega' o X */
     } else {
         for (int h = 0; h < w->H; h++) { /* sum_h P'_h (X Q'_h) */
             mm(X, w->Qe + (l * w->H + h) * MAT, tmp);
@@ -138,9 +142,10 @@ static void forward_block(const Weights *w, real *Xs, real *Ts, real *TXs, real 
 }
 
 /* The number of reals of work space gram_forward and gram_backward need: Xs, Ts, TXs (L each), S,
- * Tbar, three temporaries, the block's readouts, and FULL's expanded weights. */
+ * Tbar, three temporaries, the block's readouts, FULL's expanded weights, and the gradients' sums per
+ * lane (FULL: P's and Q's [L][H][DP][DP][W]; omega: its blocks' [L][4][W]). */
 ptrdiff_t gram_work_size(int full, int L, int H) {
-    return (ptrdiff_t)(3 * L + 5) * MAT + (L + 1) * W + (full ? 2 * (ptrdiff_t)L * H * MAT : 0);
+    return (ptrdiff_t)(3 * L + 5) * MAT + (L + 1) * W + (full ? 4 * (ptrdiff_t)L * H * MAT : 4 * L * W);
 }
 
 /* The weights of model m (omega: Om is the caller's; full: expanded into the end of work). */
@@ -175,7 +180,7 @@ void gram_forward(int full, int M, int L, int H, ptrdiff_t B, const real *G0, co
 }
 
 /* The backward pass of one block whose states forward_block left in Xs, Ts, TXs, for the upstream
- * gradients yb [L+1][W]; adds the lane sums of the weights' gradients to G (and GQ, full). S, Tbar
+ * gradients yb [L+1][W]; adds the weights' gradients, per lane, to G (and GQ, full). S, Tbar
  * and tmp[0 .. 3 MAT) are work space. */
 static void backward_block(const Weights *w, const real *Xs, const real *Ts, const real *TXs, real yb[][W],
                            real *restrict S, real *restrict Tbar, real *restrict tmp, real *G, real *GQ) {
@@ -209,20 +214,20 @@ static void backward_block(const Weights *w, const real *Xs, const real *Ts, con
         }
         if (w->Om) {
             const real *Ol = w->Om + l * DP * DP;
-            real *Gl = G + l * DP * DP; /* the sum over the lanes of Tbar o X */
-            for (int ij = 0; ij < DP * DP; ij++) {
-                real s = 0;
-                for (int v = 0; v < W; v++) s += Tbar[ij * W + v] * X[ij * W + v];
-                Gl[ij] += s;
+            const vec *tb = (const vec *)Tbar, *x = (const vec *)X;
+            vec *g = (vec *)G + l * 4; /* per lane: the sums of Tbar o X over omega's four blocks */
+            for (int i = 0; i < Q_; i++) {
+                vec row = tb[i * DP] * x[i * DP];
+                for (int j = 1; j < A_; j++) row += tb[i * DP + j] * x[i * DP + j];
+                g[i < A_ ? 0 : 2] += row;
+                g[i < A_ ? 1 : 3] += tb[i * DP + A_] * x[i * DP + A_];
             }
-            if (l > 0) /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
+            if (l > 0) { /* S += Kbar + Kbar^T, Kbar = Omega' o Tbar */
+                vec *s = (vec *)S;
                 for (int i = 0; i < DP; i++)
-                    for (int j = 0; j < DP; j++) {
-                        real wij = Ol[i * DP + j], wji = Ol[j * DP + i];
-                        const real *tij = AT(Tbar, i, j), *tji = AT(Tbar, j, i);
-                        real *s = AT(S, i, j);
-                        for (int v = 0; v < W; v++) s[v] += wij * tij[v] + wji * tji[v];
-                    }
+                    for (int j = 0; j < DP; j++)
+                        s[i * DP + j] += tb[i * DP + j] * Ol[i * DP + j] + tb[j * DP + i] * Ol[j * DP + i];
+            }
             continue;
         }
         for (int h = 0; h < H; h++) {
@@ -230,7 +235,7 @@ static void backward_block(const Weights *w, const real *Xs, const real *Ts, con
             real *A = tmp, *U = tmp + MAT, *V = tmp + 2 * MAT;
             mm_nt(Tbar, Q, A); /* A = Tbar Q'^T */
             mm(A, X, U);       /* Pbar += sum over the lanes of A X */
-            add_lanes(U, G + (l * H + h) * DP * DP);
+            add_to(U, G + (l * H + h) * MAT);
             if (l > 0) { /* S += Kbar + Kbar^T, Kbar = P'^T A */
                 mm_tn(P, A, U);
                 for (int i = 0; i < DP; i++)
@@ -242,29 +247,34 @@ static void backward_block(const Weights *w, const real *Xs, const real *Ts, con
             }
             mm_nt(X, P, U); /* Qbar += sum over the lanes of (X P'^T) Tbar */
             mm(U, Tbar, V);
-            add_lanes(V, GQ + (l * H + h) * DP * DP);
+            add_to(V, GQ + (l * H + h) * MAT);
         }
     }
 }
 
 /* The weights' gradients of model m from the lane sums G (and GQ). */
 static void store_gradients(int full, int m, int L, int H, const real *G, const real *GQ, real *g0, real *g1) {
-    if (!full) {
-        for (int l = 0; l < L; l++) { /* the block sums of G over its first DP-1 rows and columns */
-            real *g = g0 + (m * L + l) * 4;
-            g[0] = g[1] = g[2] = g[3] = 0;
-            for (int i = 0; i < Q_; i++)
-                for (int j = 0; j < Q_; j++) g[(i < A_ ? 0 : 2) + (j < A_ ? 0 : 1)] += G[(l * DP + i) * DP + j];
+    if (!full) { /* G [L][4][W]: the sums over the lanes */
+        for (int lb = 0; lb < L * 4; lb++) {
+            real s = 0;
+            for (int v = 0; v < W; v++) s += G[lb * W + v];
+            g0[m * L * 4 + lb] = s;
         }
         return;
     }
     int D = DP - 1;
     ptrdiff_t size = (ptrdiff_t)L * H * D * D;
-    for (int lh = 0; lh < L * H; lh++)
+    for (int lh = 0; lh < L * H; lh++) /* G, GQ [L][H][DP][DP][W] */
         for (int i = 0; i < D; i++)
             for (int j = 0; j < D; j++) {
-                g0[m * size + (lh * D + i) * D + j] = G[(lh * DP + i) * DP + j];
-                g1[m * size + (lh * D + i) * D + j] = GQ[(lh * DP + i) * DP + j];
+                const real *p = AT(G + lh * MAT, i, j), *q = AT(GQ + lh * MAT, i, j);
+                real sp = 0, sq = 0;
+                for (int v = 0; v < W; v++) {
+                    sp += p[v];
+                    sq += q[v];
+                }
+                g0[m * size + (lh * D + i) * D + j] = sp;
+                g1[m * size + (lh * D + i) * D + j] = sq;
             }
 }
 
@@ -277,11 +287,13 @@ static void gradients(int full, int M, int L, int H, ptrdiff_t B, const real *G0
     real *Xs = work, *Ts = Xs + L * MAT, *TXs = Ts + L * MAT;
     real *S = TXs + L * MAT, *Tbar = S + MAT, *tmp = Tbar + MAT;
     int LH = full ? L * H : L;
-    real Om[L * DP * DP], G[LH * DP * DP], GQ[full ? LH * DP * DP : 1]; /* G: omega's or P's sums */
+    real Om[L * DP * DP];
+    real *G = tmp + (ptrdiff_t)3 * MAT + (L + 1) * W + (full ? 2 * (ptrdiff_t)LH * MAT : 0);
+    real *GQ = full ? G + (ptrdiff_t)LH * MAT : NULL;
+    size_t sums = (full ? 2 * (size_t)LH * MAT : 4 * (size_t)L * W) * sizeof(real); /* G (and GQ) */
     for (int m = 0; m < M; m++) {
         Weights w = model_weights(full, L, H, w0, w1, m, Om, work);
-        memset(G, 0, sizeof G);
-        memset(GQ, 0, sizeof GQ);
+        memset(G, 0, sums);
         double sq = 0;
         for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
             int n = B - b0 < W ? (int)(B - b0) : W;
@@ -317,4 +329,33 @@ void gram_half_mse(int full, int M, int L, int H, ptrdiff_t B, const real *G0, c
                    const real *w0, const real *w1, const real *target, real *loss, real *g0, real *g1,
                    real *work) {
     gradients(full, M, L, H, B, G0, e0, model_stride, w0, w1, NULL, target, loss, g0, g1, work);
+}
+
+/* The context Gram matrices G [B][D][D] = E^T E of E = [X, y] (X [B][n][D-1], y [B][n]), as
+ * attnlab.tasks.icl_regression.gram_inputs: W sequences at a time, one lane each, so that the sums
+ * over the context are vector statements (torch's batched 11 x 20 x 11 products run at a few
+ * percent of the matmul peak). */
+void gram_matrices(ptrdiff_t B, int n, const real *X, const real *y, real *G) {
+    enum { D = DP - 1 };
+    vec acc[D][D], e[D];
+    for (ptrdiff_t b0 = 0; b0 < B; b0 += W) {
+        int nb = B - b0 < W ? (int)(B - b0) : W;
+        memset(acc, 0, sizeof acc);
+        memset(e, 0, sizeof e); /* missing lanes stay zero */
+        for (int t = 0; t < n; t++) {
+            real *el = (real *)e;
+            for (int v = 0; v < nb; v++) {
+                const real *x = X + ((b0 + v) * n + t) * (D - 1);
+                for (int i = 0; i < D - 1; i++) el[i * W + v] = x[i];
+                el[(D - 1) * W + v] = y[(b0 + v) * n + t];
+            }
+            for (int i = 0; i < D; i++)
+                for (int j = i; j < D; j++) acc[i][j] += e[i] * e[j];
+        }
+        for (int v = 0; v < nb; v++) {
+            real *g = G + (b0 + v) * D * D;
+            for (int i = 0; i < D; i++)
+                for (int j = i; j < D; j++) g[i * D + j] = g[j * D + i] = acc[i][j][v];
+        }
+    }
 }

@@ -19,6 +19,9 @@ cache directory (``$ATTNLAB_CACHE`` or ``~/.cache/attnlab``), one library per dt
 :func:`available` says whether that worked. Where it did not (no compiler, another device,
 another dtype), :meth:`~attnlab.models.LinearTransformer.gram_forward` uses the torch code.
 Set ``ATTNLAB_GRAM_KERNEL=0`` to turn the kernel off.
+
+:func:`gram_matrices` computes the Gram form's inputs, the context Gram matrices ``EᵀE``, in the
+same way (``W`` sequences side by side); :func:`~attnlab.models.fast_inputs` uses it where it can.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def _library(dtype: torch.dtype, Dp: int):
     lib.gram_backward.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p, p, p]
     lib.gram_half_mse.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p, p, p, p]
     lib.gram_work_size.argtypes, lib.gram_work_size.restype = [i, i, i], n
+    lib.gram_matrices.argtypes = [n, i, p, p, p]
     return lib
 
 
@@ -70,6 +74,31 @@ def usable(kind: str, G: torch.Tensor, w) -> bool:
         and all(t.device.type == "cpu" and t.dtype == G.dtype for t in w)
         and _library(G.dtype, G.shape[-1] + 1) is not None
     )
+
+
+def gram_matrices(X: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """The context Gram matrices ``EᵀE [..., d+1, d+1]`` of ``E = [X, y]`` (``X [..., n, d]``,
+    ``y [..., n]``) by the kernel, as :func:`~attnlab.tasks.icl_regression.gram_inputs`; ``None``
+    where the kernel cannot compute them (not on the CPU, another dtype, the kernel not built, or
+    inputs that need a gradient)."""
+    if (
+        X.device.type != "cpu"
+        or y.device.type != "cpu"
+        or y.dtype != X.dtype
+        or X.requires_grad
+        or y.requires_grad
+        or X.ndim < 2
+        or y.shape != X.shape[:-1]
+    ):
+        return None
+    lib = _library(X.dtype, X.shape[-1] + 2)
+    if lib is None:
+        return None
+    n, d = X.shape[-2:]
+    X, y = X.contiguous(), y.contiguous()
+    G = torch.empty(*X.shape[:-2], d + 1, d + 1, dtype=X.dtype)
+    lib.gram_matrices(X.numel() // max(n * d, 1), n, _ptr(X), _ptr(y), _ptr(G))
+    return G
 
 
 def _ptr(t: torch.Tensor | None):

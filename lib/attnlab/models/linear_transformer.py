@@ -477,7 +477,7 @@ def fast_inputs(X, y, x_query, forms) -> dict:
     unknown = set(forms) - {"gram", "spectral", "outer"}
     if unknown:
         raise ValueError(f"forms must be among 'gram', 'spectral', 'outer', got {sorted(unknown)}")
-    G, e_t = gram_inputs(X, y, x_query)
+    G, e_t = gram_inputs(X, y, x_query, G=gram_kernel.gram_matrices(X, y))
     out = {}
     if "gram" in forms:
         out["gram"] = (G, e_t)

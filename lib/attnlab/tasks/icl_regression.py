@@ -294,13 +294,18 @@ def half_mse_loss(model, X, y, x_query, target, *rest) -> torch.Tensor:
     return 0.5 * torch.mean((pred - target) ** 2, dim=-1)
 
 
-def gram_inputs(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor):
+def gram_inputs(X: torch.Tensor, y: torch.Tensor, x_query: torch.Tensor, G: torch.Tensor | None = None):
     """The context Gram matrix ``G = sum_j e_j e_j^T`` ``[..., d+1, d+1]`` and the query token ``[..., d+1]``.
 
     The inputs of the Gram form of :class:`attnlab.models.LinearTransformer` (any leading dims).
+    ``G``, if given, is the Gram matrix computed elsewhere (the compiled kernel's
+    :func:`attnlab.models.gram_kernel.gram_matrices`).
     """
-    E = torch.cat([X, y[..., None]], dim=-1)  # [..., n, d+1]
-    G = E.transpose(-1, -2) @ E  # [..., d+1, d+1]
+    if G is None:
+        E = torch.cat([X, y[..., None]], dim=-1)  # [..., n, d+1]
+        G = E.transpose(-1, -2) @ E  # [..., d+1, d+1]
+    elif G.shape != (*X.shape[:-2], X.shape[-1] + 1, X.shape[-1] + 1):
+        raise ValueError(f"G must have shape [..., d+1, d+1] matching X {list(X.shape)}, got {list(G.shape)}")
     e_t = torch.cat([x_query, torch.zeros_like(x_query[..., :1])], dim=-1)  # [..., d+1]
     return G, e_t
 
