@@ -543,20 +543,26 @@ icl_seed_basins = _recipe_variant(
 )
 
 
+def _paired_basins(param: str, depths: list, noise: list) -> dict:
+    """Cells of the CPU table as in icl_seed_basins: eight seeds with the recipe, no re-runs; and
+    seeds 0-3 again with four times the steps (the same schedule, stretched), the same
+    initialisations and data streams, so that each seed's two runs can be compared."""
+    return dict(
+        _CPU,
+        params=[param],
+        depths={param: depths},
+        noise=noise,
+        n_seeds=8,
+        reruns=0,
+        profile_noise=[],
+        arms={"recipe": {}, "4x steps": {"steps": 4 * _CPU["steps"], "n_seeds": 4}},
+    )
+
+
 # Are FULL's misses at 3 and 4 layers basins too (chapter 04)? The CPU table's FULL 3L misses at
-# sigma_max 5, 6, {1, 3} and {1, 3, 5}, and 4L at {1, 3, 5}, as icl_seed_basins for DIAG: eight
-# seeds with the recipe, no re-runs; and seeds 0-3 again with four times the steps (the same
-# schedule, stretched), the same initialisations and data streams, so that each seed's two runs
-# can be compared.
-_FULL_BASINS_CPU = dict(
-    _CPU,
-    params=["full"],
-    depths={"full": [3, 4]},
-    noise=["uniform:5", "uniform:6", "categorical:1,3", "categorical:1,3,5"],
-    n_seeds=8,
-    reruns=0,
-    profile_noise=[],
-    arms={"recipe": {}, "4x steps": {"steps": 4 * _CPU["steps"], "n_seeds": 4}},
+# sigma_max 5, 6, {1, 3} and {1, 3, 5}, and 4L at {1, 3, 5}.
+_FULL_BASINS_CPU = _paired_basins(
+    "full", [3, 4], ["uniform:5", "uniform:6", "categorical:1,3", "categorical:1,3,5"]
 )
 
 
@@ -565,6 +571,18 @@ icl_full_basins = _recipe_variant(
     _FULL_BASINS_CPU,
     "FULL with 3 and 4 layers: eight seeds with the recipe, four with 4x the steps (chapter 4)",
     depths={"full": [3]},
+    n_seeds=2,
+    arms={"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}},
+)
+
+
+# Are DIAG's misses at 5 and 7 layers basins, as at 3 and 4 (chapter 04)? The CPU table's DIAG 5L
+# misses at sigma_max 4 and {1, 3}, 7L at {1, 3}.
+icl_diag_deep_basins = _recipe_variant(
+    "icl_diag_deep_basins",
+    _paired_basins("diag", [5, 7], ["uniform:4", "categorical:1,3"]),
+    "DIAG with 5 and 7 layers: eight seeds with the recipe, four with 4x the steps (chapter 4)",
+    depths={"diag": [2]},
     n_seeds=2,
     arms={"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}},
 )
