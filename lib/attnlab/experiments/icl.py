@@ -543,11 +543,12 @@ icl_seed_basins = _recipe_variant(
 )
 
 
-def _paired_basins(param: str, depths: list, noise: list) -> dict:
-    """Cells of the CPU table as in icl_seed_basins: eight seeds with the recipe, no re-runs; and
-    seeds 0-3 again with four times the steps (the same schedule, stretched), the same
-    initialisations and data streams, so that each seed's two runs can be compared."""
-    return dict(
+def _paired_basins(name: str, param: str, depths: list, noise: list, description: str, book_depths: list):
+    """Register an experiment on cells of the CPU table as icl_seed_basins: eight seeds with the
+    recipe, no re-runs; and seeds 0-3 again with four times the steps (the same schedule,
+    stretched), the same initialisations and data streams, so that each seed's two runs can be
+    compared. The book scale is a smoke run at ``book_depths``."""
+    config = dict(
         _CPU,
         params=[param],
         depths={param: depths},
@@ -557,34 +558,30 @@ def _paired_basins(param: str, depths: list, noise: list) -> dict:
         profile_noise=[],
         arms={"recipe": {}, "4x steps": {"steps": 4 * _CPU["steps"], "n_seeds": 4}},
     )
+    smoke_arms = {"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}}
+    return _recipe_variant(name, config, description, depths={param: book_depths}, n_seeds=2, arms=smoke_arms)
 
 
 # Are FULL's misses at 3 and 4 layers basins too (chapter 04)? The CPU table's FULL 3L misses at
 # sigma_max 5, 6, {1, 3} and {1, 3, 5}, and 4L at {1, 3, 5}.
-_FULL_BASINS_CPU = _paired_basins(
-    "full", [3, 4], ["uniform:5", "uniform:6", "categorical:1,3", "categorical:1,3,5"]
-)
-
-
-icl_full_basins = _recipe_variant(
+icl_full_basins = _paired_basins(
     "icl_full_basins",
-    _FULL_BASINS_CPU,
+    "full",
+    [3, 4],
+    ["uniform:5", "uniform:6", "categorical:1,3", "categorical:1,3,5"],
     "FULL with 3 and 4 layers: eight seeds with the recipe, four with 4x the steps (chapter 4)",
-    depths={"full": [3]},
-    n_seeds=2,
-    arms={"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}},
+    [3],
 )
-
 
 # Are DIAG's misses at 5 and 7 layers basins, as at 3 and 4 (chapter 04)? The CPU table's DIAG 5L
 # misses at sigma_max 4 and {1, 3}, 7L at {1, 3}.
-icl_diag_deep_basins = _recipe_variant(
+icl_diag_deep_basins = _paired_basins(
     "icl_diag_deep_basins",
-    _paired_basins("diag", [5, 7], ["uniform:4", "categorical:1,3"]),
+    "diag",
+    [5, 7],
+    ["uniform:4", "categorical:1,3"],
     "DIAG with 5 and 7 layers: eight seeds with the recipe, four with 4x the steps (chapter 4)",
-    depths={"diag": [2]},
-    n_seeds=2,
-    arms={"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}},
+    [2],
 )
 
 
