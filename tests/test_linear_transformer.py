@@ -417,6 +417,31 @@ def test_gram_kernel_equals_the_torch_gram_form(kind, dtype, rtol):
     assert float((y - ref).abs().amax() / ref.abs().amax()) < rtol
 
 
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-13), (torch.float32, 1e-6)])
+def test_gram_kernel_gram_matrices_equal_torch(dtype, rtol):
+    """The kernel's context Gram matrices ``EᵀE`` equal torch's (``gram_inputs``) for leading
+    dimensions, batches that leave a partial block of lanes, two ``d`` and ``n``, and columns of
+    unequal scale; inputs that need a gradient are left to torch (``None``)."""
+    from attnlab.models import gram_kernel
+
+    if not (gram_kernel.available(dtype, D) and gram_kernel.available(dtype, 10)):
+        pytest.skip("the kernel is not built on this machine")
+    gen = torch.Generator().manual_seed(5)
+    for lead, B, d, n in [((), 13, D, N), ((2, 3), 9, 10, 7), ((1,), 64, D, 1)]:
+        X = torch.randn(*lead, B, n, d, generator=gen, dtype=dtype) * torch.linspace(0.2, 3.0, d, dtype=dtype)
+        y = 5 * torch.randn(*lead, B, n, generator=gen, dtype=dtype)
+        xq = torch.randn(*lead, B, d, generator=gen, dtype=dtype)
+        G_torch, _ = gram_inputs(X, y, xq)
+        G_kernel = gram_kernel.gram_matrices(X, y)
+        assert G_kernel.shape == G_torch.shape
+        err = float((G_kernel - G_torch).abs().amax() / G_torch.abs().amax())
+        assert err < rtol, (lead, B, d, n, err)
+        assert torch.equal(G_kernel, G_kernel.transpose(-1, -2))
+    assert gram_kernel.gram_matrices(X.requires_grad_(), y) is None
+    with pytest.raises(ValueError, match="G must have shape"):
+        gram_inputs(X, y, xq, G=G_torch[..., :-1, :-1])
+
+
 @pytest.mark.parametrize("param", ["diag", "full"])
 @pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 2e-6)])
 def test_gram_half_mse_in_one_pass_equals_the_loss_of_the_predictions(param, dtype, rtol):
