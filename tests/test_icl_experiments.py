@@ -127,6 +127,14 @@ def test_cpu_scale_recipe_and_reruns():
     assert cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
     assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
+    longer = {("diag", 5), ("full", 3), ("full", 4), ("full", 7)}
+    for param, depths in cpu["depths"].items():
+        for L in depths:
+            assert icl._steps_of(cpu["steps"], param, L) == (24_000 if (param, L) in longer else 6000)
+    base = ex.get("icl_table_6k").config("cpu")
+    assert base["steps"] == 6000 and {k: v for k, v in base.items() if k != "steps"} == {
+        k: v for k, v in cpu.items() if k != "steps"
+    }
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
     tiny = {
         "params": ["diag"],
@@ -162,13 +170,19 @@ def test_cpu_scale_recipe_and_reruns():
 def test_committed_cpu_result_records_its_recipe_and_wall_time():
     res = ex.load_result("icl_mixed_noise", "cpu")
     recipe = ex.get("icl_mixed_noise").config("cpu")
-    for key in ("steps", "batch_size", "lr_schedule", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
+    for key in ("batch_size", "lr_schedule", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
         assert res.config[key] == pytest.approx(recipe[key]), key
-    assert res.config["lr"]["diag"] == pytest.approx(recipe["lr"]["diag"])
     assert res.meta["timing"]["wall_s"] > 60 and res.meta["timing"]["cpu_s"] > 60
     assert isinstance(res.meta["reruns"], list)
     table = [r for r in res.rows if r["kind"] == "table"]
-    assert {r["param"] for r in table} <= {"diag", "gdpp", "full"} and "diag" in {r["param"] for r in table}
+    # every model of the recipe, every noise setting, every seed: once
+    cells = [(r["param"], r["n_layers"], r["noise"], r["seed"]) for r in table]
+    assert len(cells) == len(set(cells)) == sum(map(len, recipe["depths"].values())) * 10 * recipe["n_seeds"]
+    for param, depths in recipe["depths"].items():
+        for L in depths:
+            steps = icl._steps_of(res.config["steps"], param, L)
+            assert steps == icl._steps_of(recipe["steps"], param, L), (param, L)
+            assert icl._lr_of(res.config["lr"], param, L) == pytest.approx(icl._lr_of(recipe["lr"], param, L))
     for row in table:
         assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
         assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
@@ -176,7 +190,7 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
 
 def test_stability_experiment_differs_from_the_cpu_recipe_only_in_its_guards():
     exp = ex.get("icl_stability")
-    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_table_6k").config("cpu")
     same = ("steps", "batch_size", "lr", "lr_schedule", "betas", "n_eval", "eval_seed")
     assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 3
     assert cpu["arms"] == {"plain": [None, 1], "guarded": [recipe["max_grad_norm"], recipe["patience"]]}
@@ -188,7 +202,7 @@ def test_stability_experiment_differs_from_the_cpu_recipe_only_in_its_guards():
 
 def test_seed_basins_arms_change_only_what_they_name():
     exp = ex.get("icl_seed_basins")
-    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_table_6k").config("cpu")
     same = ("batch_size", "lr", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed", "trim")
     assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0 and cpu["n_seeds"] == 8
     assert cpu["arms"] == {
@@ -206,7 +220,7 @@ def test_seed_basins_arms_change_only_what_they_name():
 
 def test_full7_rates_differ_from_the_recipe_only_in_the_rate():
     exp = ex.get("icl_full7_rates")
-    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_table_6k").config("cpu")
     same = ("steps", "batch_size", "lr_schedule", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed")
     assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0
     assert cpu["depths"] == {"full": [7]} and icl._lr_of(recipe["lr"], "full", 7) == 3e-4
@@ -217,10 +231,81 @@ def test_full7_rates_differ_from_the_recipe_only_in_the_rate():
 
 def test_full7_long_is_the_recipe_with_four_times_the_steps():
     exp = ex.get("icl_full7_long")
-    cpu, recipe = exp.config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    cpu, recipe = exp.config("cpu"), ex.get("icl_table_6k").config("cpu")
     same = ("lr", "lr_schedule", "batch_size", "betas", "max_grad_norm", "patience", "reruns")
     same += ("rerun_lr_factor", "noise", "n_seeds", "n_eval", "eval_seed", "n_val")
     assert all(cpu[k] == recipe[k] for k in same) and cpu["steps"] == 4 * recipe["steps"]
     assert cpu["depths"] == {"full": [7]} and cpu["arms"] == {"4x steps": {}}
     res = ex.run("icl_full7_long", overrides={"n_eval": 200, "n_val": 100}, cache=False)
     assert all(r["kind"] == "table" and r["arm"] == "4x steps" and r["param"] == "full" for r in res.rows)
+
+
+def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
+    small = {
+        "params": ["diag"],
+        "depths": {"diag": [1, 2]},
+        "noise": ["uniform:1", "uniform:5"],
+        "steps": 2,
+        "batch_size": 8,
+        "n_eval": 200,
+        "n_val": 100,
+        "profile_n": 50,
+        "profile_sigmas": [1.0],
+        "profile_noise": ["uniform:5"],
+        "record_every": 1,
+        "keep_weights": False,
+    }
+    base = ex.run("icl_mixed_noise", overrides=small, cache=False)
+    ex.write_result(base, tmp_path / "base", command="base")
+    recipe = {**base.config, "steps": {"diag": {1: 2, 2: 4}}}
+    longer = {**small, "depths": {"diag": [1, 2]}, "steps": recipe["steps"], "n_seeds": 2}
+    long = ex.run("icl_mixed_noise", overrides=longer, cache=False)
+    ex.write_result(long, tmp_path / "long", command="long")
+    base_run = ("icl_mixed_noise", tmp_path / "base")
+    long_run = ("icl_mixed_noise", tmp_path / "long", [("diag", 2)])
+    path = icl.splice(base_run, [long_run], tmp_path / "out", scale="book", recipe=recipe)
+    out = ex.load_result("icl_mixed_noise", "book", directory=path.parent)
+    table = [r for r in out.rows if r["kind"] == "table"]
+    # depth 1 from the base (one seed, 2 steps), depth 2 from the long run (two seeds, 4 steps)
+    layers_seeds = sorted((r["n_layers"], r["seed"]) for r in table)
+    assert layers_seeds == [(1, 0), (1, 0), (2, 0), (2, 0), (2, 1), (2, 1)]
+    for run, L in ((base, 1), (long, 2)):
+        want = [r["adjusted"] for r in run.rows if r["kind"] == "table" and r["n_layers"] == L]
+        assert [r["adjusted"] for r in table if r["n_layers"] == L] == pytest.approx(want, rel=1e-12)
+    assert {r["kind"] for r in out.rows} == {"table", "profile"}
+    assert out.meta["commands"] == ["base", "long"]
+    walls = [base.meta["timing"]["wall_s"], long.meta["timing"]["wall_s"]]
+    assert out.meta["timing"]["wall_s"] == pytest.approx(sum(walls), abs=0.1)
+    assert {r["n_layers"] for r in out.rows if r["kind"] == "profile"} == {1, 2}
+    wrong = {**recipe, "steps": {"diag": {1: 2, 2: 3}}}
+    with pytest.raises(ValueError, match="steps=4, the recipe's is 3"):
+        icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=wrong)
+    with pytest.raises(ValueError, match="batch_size"):
+        icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe={**recipe, "batch_size": 16})
+
+
+def test_reruns_train_with_the_steps_of_their_model():
+    """Steps per model (``{param: {L: steps}}``): each model and its re-run train for its own."""
+    tiny = {
+        "params": ["diag"],
+        "depths": {"diag": [1, 2]},
+        "noise": ["uniform:1"],
+        "steps": {"diag": {1: 4, 2: 6}},
+        "batch_size": 16,
+        "lr": {"diag": 3e3},  # every model fails, so each is re-run
+        "n_eval": 300,
+        "n_val": 200,
+        "profile_n": 50,
+        "profile_sigmas": [1.0],
+        "profile_noise": [],
+        "record_every": 2,
+        "n_seeds": 1,
+    }
+    res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
+    assert res.meta["reruns"]
+    curves = [r for r in res.rows if r["kind"] == "curve"]
+    assert [r["step"] for r in curves if r["n_layers"] == 1] == [2, 4]
+    assert [r["step"] for r in curves if r["n_layers"] == 2] == [2, 4, 6]
+    with pytest.raises(ValueError, match="steps must be one number"):
+        icl._train_once({**ex.get("icl_mixed_noise").config("book"), "steps": {"diag": {1: 4, 2: 6}}},
+                        "cpu", ["diag"], [1, 2], ["uniform:1"], 1e-3)  # fmt: skip

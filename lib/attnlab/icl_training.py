@@ -72,6 +72,7 @@ class TrainedGroup:
     loss: np.ndarray
     diverged: np.ndarray  # [S, R] bool
     skipped: np.ndarray  # [S, R] updates skipped for a non-finite loss or gradient
+    steps: np.ndarray | None = None  # [T] the steps of ``loss`` (groups trained apart may differ)
 
     @property
     def weights(self) -> torch.Tensor:
@@ -237,7 +238,13 @@ def train_icl(
     for k, m in models.items():
         loss = np.moveaxis(losses[k], 0, -1)  # [S, R, T]
         result.groups[(m.param, m.n_layers)] = TrainedGroup(
-            m.param, m.n_layers, m.requires_grad_(False), loss, hist.diverged[k], hist.skipped[k]
+            m.param,
+            m.n_layers,
+            m.requires_grad_(False),
+            loss,
+            hist.diverged[k],
+            hist.skipped[k],
+            result.steps,
         )
     result.config = dict(
         params=params,

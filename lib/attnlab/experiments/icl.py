@@ -19,10 +19,12 @@ come from (see chapter 04; it was run as three ``--set part=k/3`` processes merg
 :func:`merge_parts`), and ``--set steps=200000 --set batch_size=2048 --set lr=0.0001
 --set lr_schedule=constant --set n_seeds=5`` restores the paper's optimisation on a GPU.
 The ``cpu`` scale is the recipe of issue 13 (batch 512, a rate that stays at its peak for half
-of the run, three seeds, gradient clipping and patience against overflow, re-runs of failed
-models, robust statistics; see ``_CPU``), committed as ``icl_mixed_noise-cpu`` (run as
-``--set part=0/2`` and ``1/2`` side by side on two cores, merged with :func:`merge_parts` and
-``parallel=True``).
+of the run, five seeds, gradient clipping and patience against overflow, re-runs of failed
+models, robust statistics, 6,000 steps and 24,000 for the models that needed them; see ``_CPU``
+and ``_CPU_TABLE``), committed as ``icl_mixed_noise-cpu``: :func:`splice` joins the run of the
+whole table at 6,000 steps (``icl_table_6k``) with the runs of the longer models
+(``icl_full7_long``, ``icl_table_long``), each run as ``--set part=0/2`` and ``1/2`` side by side
+on two cores and merged with :func:`merge_parts`.
 """
 
 from __future__ import annotations
@@ -162,12 +164,14 @@ def _adjusted(grp: it.TrainedGroup, si: int, spec: str, data: dict, chunk: int):
     return sq - oracle_sq, sq, oracle_sq
 
 
-def _eval_models(res: it.TrainedICL, config: dict, lr_used: dict) -> list[dict]:
+def _eval_models(res: it.TrainedICL, config: dict, lr_used: dict, val: dict) -> list[dict]:
     """Table rows: adjusted loss of every model on ``n_eval`` fresh sequences of its own noise.
 
     Besides the mean (the paper's statistic) each row has the median and the mean without the
     worst ``trim`` share of prompts (:func:`attnlab.baselines.trimmed_mean`); ``outliers`` flags a
-    cell whose mean is more than ``outlier_ratio`` times its trimmed mean.
+    cell whose mean is more than ``outlier_ratio`` times its trimmed mean; ``adjusted_val`` is the
+    mean on the ``n_val`` validation prompts (``val``, from :func:`_validation`), by which the best
+    seed could be chosen without looking at the evaluation prompts.
     """
     d, n = config["d"], config["n"]
     data = _common_data(config["n_eval"], d, n, config["eval_seed"])
@@ -190,6 +194,7 @@ def _eval_models(res: it.TrainedICL, config: dict, lr_used: dict) -> list[dict]:
                         "adjusted": float(adj[r]),
                         "adjusted_median": float(per_prompt[r].median()),
                         "adjusted_trimmed": float(trimmed),
+                        "adjusted_val": float(val[(param, L)][si, r]),
                         "outliers": bool(adj[r] > config["outlier_ratio"] * trimmed),
                         "loss": float(sq[r].mean()),
                         "oracle_loss": float(oracle_sq.mean()),
@@ -239,7 +244,6 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
     kw = {
         "d": config["d"],
         "n": config["n"],
-        "steps": config["steps"],
         "batch_size": config["batch_size"],
         "betas": tuple(config["betas"]),
         "lr_schedule": config["lr_schedule"],
@@ -251,15 +255,18 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
         "device": device,
     }
     seeds = list(range(config["seed_start"], config["seed_start"] + config["n_seeds"]))
-    if not isinstance(depths, dict):
-        return it.train_icl(params, depths, noise, seeds, lr=lr, **kw)
+    if not isinstance(depths, dict):  # one call: every model must have the same number of steps
+        steps = {_steps_of(config["steps"], p, L) for p in params for L in depths}
+        if len(steps) != 1:
+            raise ValueError(f"steps must be one number for the models {params} x {depths}, got {steps}")
+        return it.train_icl(params, depths, noise, seeds, lr=lr, steps=steps.pop(), **kw)
     merged = None
     for param in params:
-        by_lr = {}  # depths that share a learning rate train in one call
+        by_run = {}  # depths that share a learning rate and a step count train in one call
         for L in depths[param]:
-            by_lr.setdefault(_lr_of(lr, param, L), []).append(L)
-        for lr_p, Ls in by_lr.items():
-            res = it.train_icl([param], Ls, noise, seeds, lr=lr_p, **kw)
+            by_run.setdefault((_lr_of(lr, param, L), _steps_of(config["steps"], param, L)), []).append(L)
+        for (lr_p, steps_p), Ls in by_run.items():
+            res = it.train_icl([param], Ls, noise, seeds, lr=lr_p, steps=steps_p, **kw)
             if merged is None:
                 merged = res
             else:
@@ -267,13 +274,23 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
     return merged
 
 
-def _lr_of(lr, param: str, L: int) -> float:
-    """The learning rate of ``(param, L)`` from a number, ``{param: lr}`` or ``{param: {L: lr}}``
+def per_model(value, param: str, L: int):
+    """The setting of ``(param, L)`` from a number, ``{param: value}`` or ``{param: {L: value}}``
     (the depths may be strings, as after a round trip through JSON)."""
-    value = lr[param] if isinstance(lr, dict) else lr
+    value = value[param] if isinstance(value, dict) else value
     if isinstance(value, dict):
         value = value[L] if L in value else value[str(L)]
-    return float(value)
+    return value
+
+
+def _lr_of(lr, param: str, L: int) -> float:
+    """The learning rate of ``(param, L)`` (:func:`per_model`)."""
+    return float(per_model(lr, param, L))
+
+
+def _steps_of(steps, param: str, L: int) -> int:
+    """The number of training steps of ``(param, L)`` (:func:`per_model`)."""
+    return int(per_model(steps, param, L))
 
 
 def _validation(res: it.TrainedICL, config: dict) -> dict:
@@ -423,8 +440,8 @@ _PAPER = dict(
 # third of its rate and the better of the two on 10,000 validation prompts is kept (reruns).
 # Five seeds, the best kept, as the paper's best of five: deep models end in distinct basins by
 # seed (DIAG with 3 layers at sigma_max = 5: five of six seeds at 0.146, one at 0.122, unchanged by
-# 4x more steps; chapter 04). The committed result joins seeds 0-2 and 3-4, run one after the
-# other (each in two processes), with merge_parts.
+# 4x more steps; chapter 04). Its run of the whole table (icl_table_6k) joins seeds 0-2 and 3-4,
+# run one after the other (each in two processes), with merge_parts.
 _CPU = dict(
     _PAPER,
     params=["diag", "gdpp", "full"],
@@ -444,11 +461,26 @@ _CPU = dict(
 )
 
 
+# The table's recipe is _CPU with four times the steps (the same schedule, stretched) where
+# experiments showed the 6,000 steps to stop models that are still learning: FULL with 3, 4
+# (icl_full_basins) and 7 layers (icl_full7_long), DIAG with 5 layers (icl_diag_deep_basins). Not
+# DIAG with 7 layers: there 4x the steps diverged in 3 of 4 runs on {1, 3}. The committed table
+# joins the run of the whole table at 6,000 steps, icl_full7_long and icl_table_long (splice).
+_CPU_TABLE = dict(
+    _CPU,
+    steps={
+        "diag": {1: 6000, 2: 6000, 3: 6000, 4: 6000, 5: 24_000, 7: 6000},
+        "gdpp": 6000,
+        "full": {1: 6000, 3: 24_000, 4: 24_000, 7: 24_000},
+    },
+)
+
+
 @experiment(
     "icl_mixed_noise",
     book=_BOOK,
     paper=_PAPER,
-    cpu=_CPU,
+    cpu=_CPU_TABLE,
     description="Train GD++/DIAG/FULL linear transformers on mixed-noise regression (Table 1)",
 )
 def icl_mixed_noise(config: dict, device: str) -> tuple[list[dict], dict]:
@@ -678,12 +710,12 @@ def _select_part(config: dict) -> dict:
 def _rows(config: dict, device: str) -> tuple[list[dict], dict]:
     config = _select_part(config)
     res, lr_used, reruns = _train(config, device)
-    rows = _eval_models(res, config, lr_used)
+    rows = _eval_models(res, config, lr_used, _validation(res, config))
     rows += _profiles(res, rows, config)
     for (param, L), grp in res.groups.items():
         for si, spec in enumerate(res.noise):
             for r, seed in enumerate(res.seeds):
-                for k, step in enumerate(res.steps):
+                for k, step in enumerate(grp.steps):
                     rows.append(
                         {
                             "kind": "curve",
@@ -707,6 +739,37 @@ def _rows(config: dict, device: str) -> tuple[list[dict], dict]:
                         }
                     )
     return rows, {"reruns": reruns}
+
+
+# The first run of the whole table, every model at the base recipe's 6,000 steps (it ran as
+# icl_mixed_noise before the table's recipe gave some models 24,000 steps; the table keeps its
+# other models, and chapter 04 compares the replaced ones).
+icl_table_6k = _recipe_variant(
+    "icl_table_6k",
+    _CPU,
+    "every model of the CPU table at the base recipe's 6,000 steps (chapter 4)",
+    _rows,
+    depths={"diag": [1, 2], "full": [1]},
+    n_seeds=1,
+)
+
+
+# The cells of the table whose recipe changed to 24,000 steps (_CPU_TABLE), except 7-layer FULL
+# (icl_full7_long ran it): the recipe on DIAG with 5 layers and FULL with 3 and 4, with the
+# shallower models the re-run rule compares them with (DIAG with 4 layers, FULL with 1, at the
+# recipe's 6,000 steps; a run of the whole table would have DIAG with 1-4 layers for the rule).
+_TABLE_LONG_CPU = dict(_CPU_TABLE, params=["diag", "full"], depths={"diag": [4, 5], "full": [1, 3, 4]})
+
+icl_table_long = _recipe_variant(
+    "icl_table_long",
+    _TABLE_LONG_CPU,
+    "the cells of the CPU table that train for 24,000 steps, with the shallower models of the "
+    "re-run rule (chapter 4)",
+    _rows,
+    depths={"diag": [1, 2], "full": [1]},
+    steps=60,
+    n_seeds=1,
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -922,6 +985,80 @@ def merge_parts(
     rows = [r for r in rows if r["kind"] != "profile" or int(r["seed"]) == int(best[_cell(r)]["seed"])]
     merged = Result(name, scale, config, rows, parts[0].version, meta=meta)
     return write_result(merged, out, command=" && ".join(c or "?" for c in commands))
+
+
+def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = "cpu", recipe=None):
+    """Replace whole models of a table by the same models from other runs of its recipe.
+
+    ``base`` is ``(result_name, folder)`` of a run of the whole table; ``replacements`` are
+    ``(result_name, folder, models)`` with ``models`` a list of ``(param, n_layers)``: the rows of
+    those models (table and profiles) come from that result instead (an ``arm`` column is dropped).
+    The training curves stay in the runs' own results. The
+    spliced configuration is ``recipe``, by default the registered one of ``name`` at ``scale``;
+    every run must have
+    trained its models with that recipe's learning rate and steps (and the other settings equal),
+    or a ValueError says which setting differs. The JSON keeps every run's commands, the re-runs of
+    the models each run contributed, and the wall time as the sum of the runs' (one after another).
+    Returns the path of the spliced CSV.
+    """
+    from attnlab.experiments import Result, load_result, write_result
+    from attnlab.experiments._core import _REGISTRY
+
+    config = dict(getattr(_REGISTRY[name], scale) if recipe is None else recipe)
+    base_res = load_result(base[0], scale, directory=base[1])
+    runs = [(base_res, None)] + [(load_result(n, scale, directory=d), {tuple(m) for m in models})
+                                 for n, d, models in replacements]  # fmt: skip
+    replaced = set().union(*(models for _, models in runs[1:]))
+    free = ("params", "depths", "part", "profile_noise", "arms", "seed_start", "n_seeds", "steps", "lr")
+    rows, reruns, commands, timings = [], [], [], []
+    for res, models in runs:
+        for key, value in config.items():
+            if key not in free and _as_json(res.config.get(key)) != _as_json(value):
+                raise ValueError(
+                    f"{res.name} differs from the recipe in {key!r}: {res.config.get(key)!r} != {value!r}"
+                )
+        if models is None:  # the base: its models that no other run replaces
+            models = {_cell(r)[:2] for r in res.rows if r["kind"] == "table"} - replaced
+        for param, L in sorted(models):
+            for key in ("steps", "lr"):
+                got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
+                if float(got) != float(want):
+                    raise ValueError(
+                        f"{res.name} trained ({param}, {L}) with {key}={got}, the recipe's is {want}"
+                    )
+        for r in res.rows:
+            if r["kind"] in ("table", "profile") and (r["param"], int(r["n_layers"])) in models:
+                rows.append({k: v for k, v in r.items() if k != "arm"})
+        reruns += [r for r in res.meta.get("reruns", []) if (r["param"], int(r["n_layers"])) in models]
+        commands += res.meta.get("commands", [res.meta.get("command")])
+        timings.append({"run": res.name, **res.meta["timing"]})
+    config["part"] = "all (spliced: " + ", ".join(res.name for res, _ in runs) + ")"
+    seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "table"})
+    config["seed_start"], config["n_seeds"] = seeds[0], len(seeds)
+    meta = {
+        "commands": commands,
+        "note": "spliced with attnlab.experiments.icl.splice: "
+        + "; ".join(
+            ", ".join(f"{p} {L}L" for p, L in sorted(models)) + " from " + res.name
+            for res, models in runs[1:]
+        )  # fmt: skip
+        + "; the others from "
+        + base_res.name,
+        "timing": {
+            "wall_s": round(sum(t["wall_s"] for t in timings), 1),
+            "parallel": False,
+            "cpu_s": round(sum(t["cpu_s"] for t in timings), 1),
+            "parts": timings,
+        },
+        "reruns": reruns,
+    }
+    spliced = Result(name, scale, config, rows, base_res.version, meta=meta)
+    return write_result(spliced, out, command=" && ".join(c or "?" for c in commands))
+
+
+def _as_json(value):
+    """``value`` after a round trip through JSON (dict keys as strings, tuples as lists)."""
+    return json.loads(json.dumps(value))
 
 
 def _cell(row: dict) -> tuple:
