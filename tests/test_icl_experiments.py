@@ -240,6 +240,28 @@ def test_full7_long_is_the_recipe_with_four_times_the_steps():
     assert all(r["kind"] == "table" and r["arm"] == "4x steps" and r["param"] == "full" for r in res.rows)
 
 
+def test_deep_seven_experiments_change_only_what_they_name():
+    recipe = ex.get("icl_table_6k").config("cpu")
+    same = ("lr_schedule", "batch_size", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed", "n_val")
+    longer = ex.get("icl_full7_longer").config("cpu")
+    assert all(longer[k] == recipe[k] for k in same) and longer["lr"] == recipe["lr"]
+    assert longer["steps"] == 8 * recipe["steps"] and longer["reruns"] == 0
+    assert longer["depths"] == {"full": [7]}
+    assert (longer["seed_start"], longer["n_seeds"]) == (1, 1)
+    rate = ex.get("icl_diag7_rate").config("cpu")
+    assert all(rate[k] == recipe[k] for k in same) and rate["steps"] == recipe["steps"]
+    assert rate["depths"] == {"diag": [7]} and rate["reruns"] == 0
+    assert rate["arms"] == {
+        "lr 3e-4": {"lr": {"diag": 3e-4}},
+        "lr 3e-4, 4x steps": {"lr": {"diag": 3e-4}, "steps": 4 * recipe["steps"]},
+    }
+    res = ex.run("icl_diag7_rate", overrides={"n_eval": 200, "n_val": 100}, cache=False)
+    assert [r["arm"] for r in res.rows] == ["lr 3e-4", "lr 3e-4, 4x steps"]
+    assert all(r["lr"] == pytest.approx(3e-4) for r in res.rows)
+    res = ex.run("icl_full7_longer", overrides={"n_eval": 200, "n_val": 100}, cache=False)
+    assert [r["seed"] for r in res.rows] == [1]
+
+
 def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
     small = {
         "params": ["diag"],
