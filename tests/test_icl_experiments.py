@@ -117,6 +117,24 @@ def test_trained_model_round_trips_through_a_result_file(tmp_path):
         trained_model(loaded, "diag", 2, "uniform:5", seed=7)
 
 
+# A tiny CPU-scale run at a rate that makes every model fail, so that each is re-run.
+_FAILING = {
+    "params": ["diag"],
+    "depths": {"diag": [1, 2]},
+    "noise": ["uniform:1", "uniform:3"],
+    "steps": 6,
+    "batch_size": 16,
+    "lr": {"diag": 3e3},
+    "n_eval": 300,
+    "n_val": 200,
+    "profile_n": 50,
+    "profile_sigmas": [1.0],
+    "profile_noise": [],
+    "record_every": 3,
+    "n_seeds": 1,
+}
+
+
 def test_cpu_scale_recipe_and_reruns():
     exp = ex.get("icl_mixed_noise")
     cpu = exp.config("cpu")
@@ -136,21 +154,7 @@ def test_cpu_scale_recipe_and_reruns():
         k: v for k, v in cpu.items() if k != "steps"
     }
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
-    tiny = {
-        "params": ["diag"],
-        "depths": {"diag": [1, 2]},
-        "noise": ["uniform:1", "uniform:3"],
-        "steps": 6,
-        "batch_size": 16,
-        "lr": {"diag": 3e3},
-        "n_eval": 300,
-        "n_val": 200,
-        "profile_n": 50,
-        "profile_sigmas": [1.0],
-        "profile_noise": [],
-        "record_every": 3,
-        "n_seeds": 1,
-    }
+    tiny = _FAILING
     res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
     reruns = res.meta["reruns"]
     assert reruns and all(r["lr"] == pytest.approx(1e3) and r["attempt"] == 1 for r in reruns)
@@ -308,21 +312,7 @@ def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
 
 def test_reruns_train_with_the_steps_of_their_model():
     """Steps per model (``{param: {L: steps}}``): each model and its re-run train for its own."""
-    tiny = {
-        "params": ["diag"],
-        "depths": {"diag": [1, 2]},
-        "noise": ["uniform:1"],
-        "steps": {"diag": {1: 4, 2: 6}},
-        "batch_size": 16,
-        "lr": {"diag": 3e3},  # every model fails, so each is re-run
-        "n_eval": 300,
-        "n_val": 200,
-        "profile_n": 50,
-        "profile_sigmas": [1.0],
-        "profile_noise": [],
-        "record_every": 2,
-        "n_seeds": 1,
-    }
+    tiny = {**_FAILING, "noise": ["uniform:1"], "steps": {"diag": {1: 4, 2: 6}}, "record_every": 2}
     res = ex.run("icl_mixed_noise", "cpu", overrides=tiny, cache=False)
     assert res.meta["reruns"]
     curves = [r for r in res.rows if r["kind"] == "curve"]

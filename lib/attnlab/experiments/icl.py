@@ -681,13 +681,14 @@ _FULL7_LONG_CPU = dict(
 )
 
 
+# The book scale (a smoke run) of the 7-layer FULL experiments: 2 layers at 7-layer FULL's rate.
+_FULL7_BOOK = {"depths": {"full": [2]}, "lr": {"full": _CPU["lr"]["full"][7]}, "n_seeds": 1}
+
 icl_full7_long = _recipe_variant(
     "icl_full7_long",
     _FULL7_LONG_CPU,
     "7-layer FULL with the CPU recipe at 4x its steps on every noise setting of Table 1 (chapter 4)",
-    depths={"full": [2]},
-    lr={"full": _CPU["lr"]["full"][7]},
-    n_seeds=1,
+    **_FULL7_BOOK,
 )
 
 
@@ -710,9 +711,7 @@ icl_full7_longer = _recipe_variant(
     "icl_full7_longer",
     _FULL7_LONGER_CPU,
     "7-layer FULL at 8x the recipe's steps on the cells icl_full7_long misses (chapter 4)",
-    depths={"full": [2]},
-    lr={"full": _CPU["lr"]["full"][7]},
-    n_seeds=1,
+    **_FULL7_BOOK,
 )
 
 # 7-layer DIAG on {1, 3}, the cell icl_diag_deep_basins leaves unexplained (the recipe's best
