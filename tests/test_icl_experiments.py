@@ -149,9 +149,15 @@ def test_cpu_scale_recipe_and_reruns():
     for param, depths in cpu["depths"].items():
         for L in depths:
             assert icl._steps_of(cpu["steps"], param, L) == (24_000 if (param, L) in longer else 6000)
+    # the sweep's choice: three times the pilot's rate for DIAG 3L, 4L and GD++ 3L, 4L, 5L
+    moved = {("diag", 3), ("diag", 4), ("gdpp", 3), ("gdpp", 4), ("gdpp", 5)}
     base = ex.get("icl_table_6k").config("cpu")
-    assert base["steps"] == 6000 and {k: v for k, v in base.items() if k != "steps"} == {
-        k: v for k, v in cpu.items() if k != "steps"
+    for param, depths in cpu["depths"].items():
+        for L in depths:
+            want = (3 if (param, L) in moved else 1) * icl._lr_of(base["lr"], param, L)
+            assert icl._lr_of(cpu["lr"], param, L) == pytest.approx(want), (param, L)
+    assert base["steps"] == 6000 and {k: v for k, v in base.items() if k not in ("steps", "lr")} == {
+        k: v for k, v in cpu.items() if k not in ("steps", "lr")
     }
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
     tiny = _FAILING
@@ -187,6 +193,9 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
             steps = icl._steps_of(res.config["steps"], param, L)
             assert steps == icl._steps_of(recipe["steps"], param, L), (param, L)
             assert icl._lr_of(res.config["lr"], param, L) == pytest.approx(icl._lr_of(recipe["lr"], param, L))
+            swept = res.meta["lr_sweep"]["rates"][param][str(L)]  # the sweep chose the recipe's rate
+            assert swept["chosen"] == pytest.approx(icl._lr_of(recipe["lr"], param, L)), (param, L)
+            assert len(swept["scores"]) == 3
     for row in table:
         assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
         assert row["adjusted_trimmed"] <= row["adjusted"] + 1e-12
@@ -308,6 +317,34 @@ def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
         icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=wrong)
     with pytest.raises(ValueError, match="batch_size"):
         icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe={**recipe, "batch_size": 16})
+    # a learning-rate sweep of the recipe: its choice and its wall time go into the spliced result
+    # the recipe's rate (3e-3) against one that cannot train (1e-9): the sweep keeps the recipe's
+    rate = recipe["lr"]["diag"]
+    arms = {"a": {"lr": rate}, "b": {"lr": {"diag": {1: 1e-9, 2: 1e-9}}}}
+    sweep = ex.run("icl_lr_sweep", overrides={**recipe, "reruns": 0, "arms": arms}, cache=False)
+    ex.write_result(sweep, tmp_path / "sweep", command="sweep")
+    sweep_run = ("icl_lr_sweep", tmp_path / "sweep")
+    path = icl.splice(
+        base_run, [long_run], tmp_path / "out2", scale="book", recipe=recipe, lr_sweep=sweep_run
+    )
+    out = ex.load_result("icl_mixed_noise", "book", directory=path.parent)
+    rates = out.meta["lr_sweep"]["rates"]["diag"]
+    for L in (1, 2):
+        assert rates[str(L)]["before"] == rates[str(L)]["chosen"] == rate
+        assert set(rates[str(L)]["scores"]) == {"0.003", "1e-09"}
+    assert out.meta["commands"] == ["base", "long", "sweep"]
+    walls.append(sweep.meta["timing"]["wall_s"])
+    assert out.meta["timing"]["wall_s"] == pytest.approx(sum(walls), abs=0.1)
+    with pytest.raises(ValueError, match="other steps"):
+        icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=wrong, lr_sweep=sweep_run)
+    # a sweep whose choice is not the recipe's rate: the same sweep with arm b's losses made tiny
+    sweep.rows = [{**r, "adjusted_val": 1e-6} if r["arm"] == "b" else r for r in sweep.rows]
+    ex.write_result(sweep, tmp_path / "sweep2", command="sweep")
+    with pytest.raises(
+        ValueError, match=r"the recipe trains \(diag, 1\) at 0.003, icl_lr_sweep chooses 1e-09"
+    ):
+        icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=recipe,
+                   lr_sweep=("icl_lr_sweep", tmp_path / "sweep2"))  # fmt: skip
 
 
 def test_reruns_train_with_the_steps_of_their_model():
@@ -321,3 +358,72 @@ def test_reruns_train_with_the_steps_of_their_model():
     with pytest.raises(ValueError, match="steps must be one number"):
         icl._train_once({**ex.get("icl_mixed_noise").config("book"), "steps": {"diag": {1: 4, 2: 6}}},
                         "cpu", ["diag"], [1, 2], ["uniform:1"], 1e-3)  # fmt: skip
+
+
+def test_lr_sweep_is_the_table_recipe_at_three_rates():
+    cpu, table = ex.get("icl_lr_sweep").config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    same = ("params", "depths", "steps", "lr_schedule", "batch_size", "betas", "max_grad_norm", "patience")
+    assert all(cpu[k] == table[k] for k in same + ("n_eval", "eval_seed", "n_val"))
+    pilot = ex.get("icl_table_6k").config("cpu")["lr"]  # the sweep is around the pilot's rates
+    assert cpu["lr"] == pilot
+    assert cpu["reruns"] == 0 and (cpu["seed_start"], cpu["n_seeds"]) == (0, 1)
+    assert list(cpu["arms"]) == ["lr/3", "lr", "3 lr"]
+    for param, depths in table["depths"].items():
+        for L in depths:
+            rate = icl._lr_of(pilot, param, L)
+            got = [icl._lr_of(arm["lr"], param, L) for arm in cpu["arms"].values()]
+            assert got == pytest.approx([rate / 3, rate, 3 * rate], rel=2e-3), (param, L)
+    res = ex.run("icl_lr_sweep", overrides={"n_eval": 200, "n_val": 100}, cache=False)
+    assert [(r["arm"], r["param"], r["n_layers"]) for r in res.rows][:3] == [
+        ("lr/3", "diag", 1),
+        ("lr/3", "diag", 2),
+        ("lr/3", "full", 1),
+    ]
+    assert len(res.rows) == 9 and len(icl.lr_choice(res.rows)) == 3
+
+
+def test_lr_choice_takes_the_geometric_mean_over_noise_settings():
+    rows = []
+    # DIAG 3L: rate 1e-3 wins on the geometric mean (sqrt(0.1 * 0.4) = 0.2 < sqrt(0.2 * 0.3)) though
+    # the arithmetic means tie (0.25) and 3e-3 wins one of the two noise settings
+    values = {
+        ("diag", 3): {1e-3: [0.1, 0.4], 3e-3: [0.2, 0.3], 3e-4: [0.15, 0.5]},
+        ("full", 7): {3e-4: [0.01, 0.02], 9e-4: [0.001, np.inf], 1e-4: [0.02, 0.05]},  # other rates
+    }
+    for (param, L), by_rate in values.items():
+        for lr, vals in by_rate.items():
+            for noise, v in zip(["uniform:1", "uniform:7"], vals, strict=True):
+                rows.append({"kind": "table", "param": param, "n_layers": L, "noise": noise, "lr": lr,
+                             "diverged": False, "adjusted_val": v})  # fmt: skip
+    rows.append({**rows[0], "kind": "profile", "adjusted_val": 0.0})  # other kinds are ignored
+    out = icl.lr_choice(rows)
+    assert out.loc[("diag", 3), "chosen"] == 1e-3 and out.loc[("full", 7), "chosen"] == 3e-4
+    assert out.loc[("diag", 3), "score@0.001"] == pytest.approx(0.2)
+    assert out.loc[("diag", 3), "runner_up"] == pytest.approx(np.sqrt(0.06) / 0.2)
+    assert out.loc[("full", 7), "runner_up"] == pytest.approx(np.sqrt(1e-3 / 2e-4))
+    assert out.loc[("full", 7), "score@0.0009"] == np.inf and out.loc[("full", 7), "nonfinite"] == 1
+    assert np.isnan(out.loc[("full", 7), "score@0.001"]) and np.isnan(out.loc[("diag", 3), "score@0.0009"])
+    # a diverged run scores inf whatever its loss
+    rows[2]["diverged"] = True  # diag 3, rate 3e-3, uniform:1
+    assert icl.lr_choice(rows).loc[("diag", 3), "score@0.003"] == np.inf
+    rows[2]["diverged"] = False
+    # with the re-run rule, full 7's diverged run at 9e-4 counts with its run at 3e-4 (0.02)
+    fallback = icl.lr_choice(rows, rerun_lr_factor=1 / 3).loc[("full", 7)]
+    assert fallback["score@0.0009"] == pytest.approx(np.sqrt(0.001 * 0.02)) and fallback["best"] == 9e-4
+    assert fallback["nonfinite"] == 1
+    # a current rate is kept unless the best is more than margin better
+    kept = icl.lr_choice(rows, current={"diag": 3e-3, "full": 3e-4}, margin=0.25)
+    assert kept.loc[("diag", 3), "gain"] == pytest.approx(np.sqrt(0.06) / 0.2)  # 1.22 < 1.25: kept
+    assert kept.loc[("diag", 3), "chosen"] == 3e-3 and kept.loc[("diag", 3), "best"] == 1e-3
+    moved = icl.lr_choice(rows, current={"diag": 3e-3, "full": 3e-4}, margin=0.2)
+    assert moved.loc[("diag", 3), "chosen"] == 1e-3 and moved.loc[("full", 7), "chosen"] == 3e-4
+    with pytest.raises(ValueError, match="did not try"):
+        icl.lr_choice(rows, current=2e-3)
+    with pytest.raises(ValueError, match="margin"):
+        icl.lr_choice(rows, margin=-0.1)
+    with pytest.raises(ValueError, match="missing"):
+        icl.lr_choice([{k: v for k, v in r.items() if k != "adjusted_val"} for r in rows])
+    with pytest.raises(ValueError, match="same noise settings"):
+        icl.lr_choice(rows[1:])
+    with pytest.raises(ValueError, match="not be empty"):
+        icl.lr_choice([])

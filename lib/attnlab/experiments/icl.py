@@ -20,11 +20,13 @@ come from (see chapter 04; it was run as three ``--set part=k/3`` processes merg
 --set lr_schedule=constant --set n_seeds=5`` restores the paper's optimisation on a GPU.
 The ``cpu`` scale is the recipe of issue 13 (batch 512, a rate that stays at its peak for half
 of the run, five seeds, gradient clipping and patience against overflow, re-runs of failed
-models, robust statistics, 6,000 steps and 24,000 for the models that needed them; see ``_CPU``
-and ``_CPU_TABLE``), committed as ``icl_mixed_noise-cpu``: :func:`splice` joins the run of the
-whole table at 6,000 steps (``icl_table_6k``) with the runs of the longer models
-(``icl_full7_long``, ``icl_table_long``), each run as ``--set part=0/2`` and ``1/2`` side by side
-on two cores and merged with :func:`merge_parts`.
+models, robust statistics, 6,000 steps and 24,000 for the models that needed them, learning
+rates from a sweep; see ``_CPU`` and ``_CPU_TABLE``), committed as ``icl_mixed_noise-cpu``:
+:func:`splice` joins the run of the whole table at 6,000 steps and the pilot's rates
+(``icl_table_6k``) with the runs of the longer models (``icl_full7_long``, ``icl_table_long``)
+and of the models whose rate the sweep changed (``icl_table_rates``), and records the sweep
+(``icl_lr_sweep``, :func:`lr_choice`); each run as ``--set part=0/2`` and ``1/2`` side by side on
+two cores and merged with :func:`merge_parts`.
 """
 
 from __future__ import annotations
@@ -435,7 +437,8 @@ _PAPER = dict(
 # 4, 5 and 7 layers at sigma_max = 3, 7 and {1, 3, 5}, 3 seeds, 6,000 steps, no re-runs
 # (icl_stability, chapter 04): 7 of 27 runs diverged without these and 2 with them, and the best
 # seed met the target in 6 of the 9 cells instead of 3. Learning rates from a pilot of 1,600 steps
-# (before the guards): FULL with 7 layers diverged at 1e-3, so it runs at 3e-4. A model that
+# (before the guards): FULL with 7 layers diverged at 1e-3, so it runs at 3e-4 (the table's
+# recipe, _CPU_TABLE, changes five of them after a sweep, icl_lr_sweep). A model that
 # diverged, or ends worse than a shallower model of its kind (fail_ratio), is re-run once at a
 # third of its rate and the better of the two on 10,000 validation prompts is kept (reruns).
 # Five seeds, the best kept, as the paper's best of five: deep models end in distinct basins by
@@ -466,8 +469,16 @@ _CPU = dict(
 # (icl_full_basins) and 7 layers (icl_full7_long), DIAG with 5 layers (icl_diag_deep_basins). Not
 # DIAG with 7 layers: there 4x the steps diverged in 3 of 4 runs on {1, 3}. The committed table
 # joins the run of the whole table at 6,000 steps, icl_full7_long and icl_table_long (splice).
+# Its learning rates are the pilot's (_CPU) except where the sweep of every model at a third of
+# its rate, its rate and three times it (icl_lr_sweep, lr_choice) found a rate more than 5% better:
+# three times the rate for DIAG with 3 and 4 layers and GD++ with 3, 4 and 5 (icl_table_rates).
 _CPU_TABLE = dict(
     _CPU,
+    lr={
+        "diag": {1: 1e-3, 2: 1e-3, 3: 3e-3, 4: 3e-3, 5: 1e-3, 7: 1e-3},
+        "gdpp": {1: 1e-3, 2: 1e-3, 3: 3e-3, 4: 3e-3, 5: 3e-3, 7: 1e-3},
+        "full": {1: 1e-3, 3: 1e-3, 4: 1e-3, 7: 3e-4},
+    },
     steps={
         "diag": {1: 6000, 2: 6000, 3: 6000, 4: 6000, 5: 24_000, 7: 6000},
         "gdpp": 6000,
@@ -742,6 +753,122 @@ icl_diag7_rate = _recipe_variant(
 )
 
 
+# The learning-rate sweep of the table's recipe (issue 13 asks for the rate of each model from a
+# small validation sweep). The recipe's rates came from a pilot of 1,600 steps before the guards;
+# here every model of the table is trained with the recipe (its steps, schedule and guards) at a
+# third of its rate, at its rate and at three times it, on four noise settings that span Table 1,
+# seed 0 in every arm (the same initialisation and data stream, so the arms pair up), no re-runs.
+# lr_choice picks each model's rate by its validation loss.
+_SWEEP_FACTORS = {"lr/3": 1 / 3, "lr": 1.0, "3 lr": 3.0}
+
+
+def _scaled_lr(config: dict, factor: float) -> dict:
+    """``{param: {L: rate}}``: every model's rate of ``config`` times ``factor`` (3 significant digits)."""
+    return {
+        p: {L: float(f"{factor * _lr_of(config['lr'], p, L):.3g}") for L in config["depths"][p]}
+        for p in config["params"]
+    }
+
+
+_LR_SWEEP_CPU = dict(
+    _CPU_TABLE,
+    lr=_CPU["lr"],
+    noise=["uniform:1", "uniform:3", "uniform:5", "uniform:7"],
+    n_seeds=1,
+    reruns=0,
+    profile_noise=[],
+)
+_LR_SWEEP_CPU["arms"] = {arm: {"lr": _scaled_lr(_LR_SWEEP_CPU, f)} for arm, f in _SWEEP_FACTORS.items()}
+_LR_SWEEP_BOOK = {"params": ["diag", "full"], "depths": {"diag": [1, 2], "full": [1]}, "steps": 60}
+_LR_SWEEP_BOOK["arms"] = {
+    arm: {"lr": _scaled_lr({**_LR_SWEEP_CPU, **_LR_SWEEP_BOOK}, f)} for arm, f in _SWEEP_FACTORS.items()
+}
+
+icl_lr_sweep = _recipe_variant(
+    "icl_lr_sweep",
+    _LR_SWEEP_CPU,
+    "every model of the CPU table at a third of its rate, its rate and three times it (chapter 4)",
+    **_LR_SWEEP_BOOK,
+)
+
+
+def lr_choice(
+    rows, current=None, margin: float = 0.05, rerun_lr_factor=None, statistic: str = "adjusted_val"
+):
+    """The learning rate a sweep (``icl_lr_sweep``) chooses for each model.
+
+    ``rows`` are the sweep's table rows (a DataFrame or a list of dicts, one seed per rate and
+    noise setting). A model's score at a rate is the geometric mean over the noise settings of
+    ``statistic`` (by default the adjusted loss on the validation prompts; a diverged or
+    non-finite run scores inf). With ``rerun_lr_factor``, a run that diverged or ended non-finite
+    counts with the value of the same model and noise at ``rerun_lr_factor`` times its rate, where
+    the sweep has it, as the recipe's re-run would replace it. ``best`` is the rate with the lowest
+    score. With ``current``, the rates in use (a number, ``{param: rate}`` or ``{param: {L: rate}}``),
+    a model keeps its current rate unless the best scores more than ``margin`` lower (``gain``,
+    the current score over the best, above ``1 + margin``), and ``chosen`` is the rate it keeps or
+    takes; without, ``chosen`` is ``best``.
+
+    Returns a DataFrame indexed by ``(param, n_layers)`` with the score of every rate (columns
+    ``score@RATE``, NaN for a rate not tried on that model), ``best``, ``runner_up`` (the second
+    lowest score over the lowest), ``nonfinite`` (runs that diverged or ended non-finite, before
+    any replacement), ``current`` and ``gain`` (with ``current``) and ``chosen``.
+    """
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise ValueError("rows must not be empty")
+    need = {"param", "n_layers", "noise", "lr", "diverged", statistic}
+    if missing := need - set(df.columns):
+        raise ValueError(f"rows must have the columns {sorted(need)}; missing {sorted(missing)}")
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    df = df[df["kind"] == "table"] if "kind" in df.columns else df
+    value = np.where(df["diverged"] | ~np.isfinite(df[statistic]), np.inf, df[statistic]).astype(float)
+    df = df.assign(bad=~np.isfinite(value), value=value)
+    if rerun_lr_factor is not None:
+        runs = {(p, int(L), n): g for (p, L, n), g in df.groupby(["param", "n_layers", "noise"])}
+        replaced = value.copy()
+        for i, (p, L, n, lr) in enumerate(
+            zip(df["param"], df["n_layers"], df["noise"], df["lr"], strict=True)
+        ):
+            if np.isfinite(value[i]):
+                continue
+            g = runs[(p, int(L), n)]
+            lower = g[np.isclose(g["lr"], lr * rerun_lr_factor, rtol=1e-2)]
+            if len(lower):
+                replaced[i] = float(lower["value"].iloc[0])
+        df = df.assign(value=replaced)
+    df = df.assign(log_value=np.log(np.maximum(df["value"], 1e-300)))
+    counts = df.groupby(["param", "n_layers", "lr"])["noise"].nunique()
+    if counts.nunique() != 1:
+        raise ValueError("rows must have every model at every rate on the same noise settings")
+    score = np.exp(df.groupby(["param", "n_layers", "lr"])["log_value"].mean())
+    by_model = score.groupby(level=["param", "n_layers"])
+    out = score.unstack("lr").rename(columns=lambda lr: f"score@{lr:.3g}")  # NaN: a rate not swept
+    out["best"] = by_model.idxmin().map(lambda key: key[2])
+
+    def ratio(s):
+        v = np.sort(s.to_numpy())
+        return v[1] / v[0] if len(v) > 1 and np.isfinite(v[0]) else np.nan
+
+    out["runner_up"] = by_model.apply(ratio)
+    out["nonfinite"] = df.groupby(["param", "n_layers"])["bad"].sum()
+    out["chosen"] = out["best"]
+    if current is not None:
+        cur, gain = [], []
+        for (p, L), s in by_model:
+            rate = float(per_model(current, p, int(L)))
+            at = s[np.isclose(s.index.get_level_values("lr"), rate, rtol=1e-2)]
+            if not len(at):
+                raise ValueError(f"current: the sweep did not try ({p}, {L})'s rate {rate}")
+            cur.append(rate)
+            gain.append(float(at.iloc[0] / s.min()))
+        out["current"], out["gain"] = cur, gain
+        out["chosen"] = np.where(out["gain"] > 1 + margin, out["best"], out["current"])
+    return out
+
+
 def _select_part(config: dict) -> dict:
     """A long run split into processes: ``part = "k/m"`` keeps the noise settings ``noise[k::m]``;
     ``part`` = one of ``params`` (e.g. ``"diag"``) keeps that parameterization."""
@@ -805,21 +932,34 @@ icl_table_6k = _recipe_variant(
 )
 
 
+def _table_cells(name: str, depths: dict, description: str, book_depths: dict):
+    """Register a run of some models of the table's recipe (``_CPU_TABLE``), ``depths``
+    ``{param: [depths]}``, for :func:`splice`; its book scale is a smoke run at ``book_depths``."""
+    config = dict(_CPU_TABLE, params=list(depths), depths=depths)
+    return _recipe_variant(name, config, description, _rows, depths=book_depths, steps=60, n_seeds=1)
+
+
 # The cells of the table whose recipe changed to 24,000 steps (_CPU_TABLE), except 7-layer FULL
 # (icl_full7_long ran it): the recipe on DIAG with 5 layers and FULL with 3 and 4, with the
 # shallower models the re-run rule compares them with (DIAG with 4 layers, FULL with 1, at the
 # recipe's 6,000 steps; a run of the whole table would have DIAG with 1-4 layers for the rule).
-_TABLE_LONG_CPU = dict(_CPU_TABLE, params=["diag", "full"], depths={"diag": [4, 5], "full": [1, 3, 4]})
-
-icl_table_long = _recipe_variant(
+icl_table_long = _table_cells(
     "icl_table_long",
-    _TABLE_LONG_CPU,
+    {"diag": [4, 5], "full": [1, 3, 4]},
     "the cells of the CPU table that train for 24,000 steps, with the shallower models of the "
     "re-run rule (chapter 4)",
-    _rows,
-    depths={"diag": [1, 2], "full": [1]},
-    steps=60,
-    n_seeds=1,
+    {"diag": [1, 2], "full": [1]},
+)
+
+# The cells of the table whose rate the sweep changed (_CPU_TABLE): DIAG with 3 and 4 layers and
+# GD++ with 3, 4 and 5 at three times the pilot's rate, with the shallower models of the re-run
+# rule (DIAG and GD++ with 1 and 2 layers, at the pilot's rate).
+icl_table_rates = _table_cells(
+    "icl_table_rates",
+    {"diag": [1, 2, 3, 4], "gdpp": [1, 2, 3, 4, 5]},
+    "the cells of the CPU table whose learning rate the sweep changed, with the shallower models of "
+    "the re-run rule (chapter 4)",
+    {"diag": [1, 3], "gdpp": [1]},
 )
 
 
@@ -1038,7 +1178,9 @@ def merge_parts(
     return write_result(merged, out, command=" && ".join(c or "?" for c in commands))
 
 
-def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = "cpu", recipe=None):
+def splice(
+    base, replacements, out, name: str = "icl_mixed_noise", scale: str = "cpu", recipe=None, lr_sweep=None
+):
     """Replace whole models of a table by the same models from other runs of its recipe.
 
     ``base`` is ``(result_name, folder)`` of a run of the whole table; ``replacements`` are
@@ -1050,6 +1192,11 @@ def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = 
     trained its models with that recipe's learning rate and steps (and the other settings equal),
     or a ValueError says which setting differs. The JSON keeps every run's commands, the re-runs of
     the models each run contributed, and the wall time as the sum of the runs' (one after another).
+    ``lr_sweep``, ``(result_name, folder)`` of a learning-rate sweep of the recipe
+    (``icl_lr_sweep``), is checked like the runs and its wall time counts: every model's rate in
+    the recipe must be the one the sweep chooses (:func:`lr_choice` from the sweep's own rates,
+    with the recipe's re-run factor), and the JSON records under ``lr_sweep`` each model's rate
+    before the sweep, the chosen one, its gain and the sweep's scores.
     Returns the path of the spliced CSV.
     """
     from attnlab.experiments import Result, load_result, write_result
@@ -1062,12 +1209,20 @@ def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = 
     replaced = set().union(*(models for _, models in runs[1:]))
     free = ("params", "depths", "part", "profile_noise", "arms", "seed_start", "n_seeds", "steps", "lr")
     rows, reruns, commands, timings = [], [], [], []
-    for res, models in runs:
+    sweep = None if lr_sweep is None else load_result(lr_sweep[0], scale, directory=lr_sweep[1])
+    for param, depths in config["depths"].items() if sweep else ():
+        for L in depths:
+            if _steps_of(sweep.config["steps"], param, L) != _steps_of(config["steps"], param, L):
+                raise ValueError(f"{sweep.name} trained ({param}, {L}) with other steps than the recipe")
+    for res in [res for res, _ in runs] + ([sweep] if sweep else []):
         for key, value in config.items():
-            if key not in free and _as_json(res.config.get(key)) != _as_json(value):
+            if key not in free + (("noise", "reruns") if res is sweep else ()) and _as_json(
+                res.config.get(key)
+            ) != _as_json(value):
                 raise ValueError(
                     f"{res.name} differs from the recipe in {key!r}: {res.config.get(key)!r} != {value!r}"
                 )
+    for res, models in runs:
         if models is None:  # the base: its models that no other run replaces
             models = {_cell(r)[:2] for r in res.rows if r["kind"] == "table"} - replaced
         for param, L in sorted(models):
@@ -1083,6 +1238,28 @@ def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = 
         reruns += [r for r in res.meta.get("reruns", []) if (r["param"], int(r["n_layers"])) in models]
         commands += res.meta.get("commands", [res.meta.get("command")])
         timings.append({"run": res.name, **res.meta["timing"]})
+    rates = {}
+    if sweep is not None:
+        choice = lr_choice(sweep.rows, current=sweep.config["lr"], rerun_lr_factor=config["rerun_lr_factor"])
+        for (param, L), row in choice.iterrows():
+            if float(row["chosen"]) != _lr_of(config["lr"], param, int(L)):
+                raise ValueError(
+                    f"the recipe trains ({param}, {L}) at {_lr_of(config['lr'], param, int(L))}, "
+                    f"{sweep.name} chooses {row['chosen']}"
+                )
+            scores = {
+                k.removeprefix("score@"): float(v)
+                for k, v in row.items()
+                if k.startswith("score@") and v == v
+            }  # v == v: the rates the sweep tried for this model (a rate it did not is NaN)
+            rates.setdefault(param, {})[int(L)] = {
+                "before": float(row["current"]),
+                "chosen": float(row["chosen"]),
+                "gain": float(row["gain"]),
+                "scores": scores,
+            }
+        commands += sweep.meta.get("commands", [sweep.meta.get("command")])
+        timings.append({"run": sweep.name, **sweep.meta["timing"]})
     config["part"] = "all (spliced: " + ", ".join(res.name for res, _ in runs) + ")"
     seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "table"})
     config["seed_start"], config["n_seeds"] = seeds[0], len(seeds)
@@ -1094,7 +1271,8 @@ def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = 
             for res, models in runs[1:]
         )  # fmt: skip
         + "; the others from "
-        + base_res.name,
+        + base_res.name
+        + (f"; the learning rates swept by {sweep.name}" if sweep is not None else ""),
         "timing": {
             "wall_s": round(sum(t["wall_s"] for t in timings), 1),
             "parallel": False,
@@ -1103,6 +1281,8 @@ def splice(base, replacements, out, name: str = "icl_mixed_noise", scale: str = 
         },
         "reruns": reruns,
     }
+    if sweep is not None:
+        meta["lr_sweep"] = {"result": sweep.name, "rates": rates}
     spliced = Result(name, scale, config, rows, base_res.version, meta=meta)
     return write_result(spliced, out, command=" && ".join(c or "?" for c in commands))
 
