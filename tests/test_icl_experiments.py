@@ -380,6 +380,11 @@ def test_lr_sweep_is_the_table_recipe_at_three_rates():
         ("lr/3", "full", 1),
     ]
     assert len(res.rows) == 9 and len(icl.lr_choice(res.rows)) == 3
+    seeds = ex.get("icl_lr_sweep_seeds").config("cpu")  # the same sweep on other seeds
+    assert (seeds["seed_start"], seeds["n_seeds"]) == (1, 2) and seeds["arms"] == cpu["arms"]
+    assert {k: v for k, v in seeds.items() if k not in ("params", "depths", "seed_start", "n_seeds")} == {
+        k: v for k, v in cpu.items() if k not in ("params", "depths", "seed_start", "n_seeds")
+    }
 
 
 def test_lr_choice_takes_the_geometric_mean_over_noise_settings():
@@ -411,6 +416,11 @@ def test_lr_choice_takes_the_geometric_mean_over_noise_settings():
     fallback = icl.lr_choice(rows, rerun_lr_factor=1 / 3).loc[("full", 7)]
     assert fallback["score@0.0009"] == pytest.approx(np.sqrt(0.001 * 0.02)) and fallback["best"] == 9e-4
     assert fallback["nonfinite"] == 1
+    # the fallback is the same seed's run: with a second seed whose run at 3e-4 is 0.5, full 7's
+    # diverged run of seed 0 still counts with seed 0's 0.02
+    seed1 = [{**r, "seed": 1, "adjusted_val": 0.5} for r in rows if r["param"] == "full"]
+    two = icl.lr_choice(seed1 + [{**r, "seed": 0} for r in rows], rerun_lr_factor=1 / 3)  # seed 1 first
+    assert two.loc[("full", 7), "score@0.0009"] == pytest.approx((0.001 * 0.02 * 0.5**2) ** 0.25)
     # a current rate is kept unless the best is more than margin better
     kept = icl.lr_choice(rows, current={"diag": 3e-3, "full": 3e-4}, margin=0.25)
     assert kept.loc[("diag", 3), "gain"] == pytest.approx(np.sqrt(0.06) / 0.2)  # 1.22 < 1.25: kept

@@ -791,17 +791,33 @@ icl_lr_sweep = _recipe_variant(
     **_LR_SWEEP_BOOK,
 )
 
+# Does the sweep choose the same with other seeds? The sweep again, seeds 1 and 2, on the models
+# of 6,000 steps whose choice or score was closest to the margin or that it moved: DIAG with 3 and
+# 4 layers, GD++ with 3, 4, 5 and 7.
+icl_lr_sweep_seeds = _recipe_variant(
+    "icl_lr_sweep_seeds",
+    dict(
+        _LR_SWEEP_CPU,
+        params=["diag", "gdpp"],
+        depths={"diag": [3, 4], "gdpp": [3, 4, 5, 7]},
+        seed_start=1,
+        n_seeds=2,
+    ),
+    "the learning-rate sweep again with seeds 1 and 2, on the models it moved and GD++ 7L (chapter 4)",
+    **_LR_SWEEP_BOOK,
+)
+
 
 def lr_choice(
     rows, current=None, margin: float = 0.05, rerun_lr_factor=None, statistic: str = "adjusted_val"
 ):
     """The learning rate a sweep (``icl_lr_sweep``) chooses for each model.
 
-    ``rows`` are the sweep's table rows (a DataFrame or a list of dicts, one seed per rate and
-    noise setting). A model's score at a rate is the geometric mean over the noise settings of
+    ``rows`` are the sweep's table rows (a DataFrame or a list of dicts). A model's score at a
+    rate is the geometric mean over the noise settings (and seeds) of
     ``statistic`` (by default the adjusted loss on the validation prompts; a diverged or
     non-finite run scores inf). With ``rerun_lr_factor``, a run that diverged or ended non-finite
-    counts with the value of the same model and noise at ``rerun_lr_factor`` times its rate, where
+    counts with the value of the same model, noise and seed at ``rerun_lr_factor`` times its rate, where
     the sweep has it, as the recipe's re-run would replace it. ``best`` is the rate with the lowest
     score. With ``current``, the rates in use (a number, ``{param: rate}`` or ``{param: {L: rate}}``),
     a model keeps its current rate unless the best scores more than ``margin`` lower (``gain``,
@@ -827,14 +843,19 @@ def lr_choice(
     value = np.where(df["diverged"] | ~np.isfinite(df[statistic]), np.inf, df[statistic]).astype(float)
     df = df.assign(bad=~np.isfinite(value), value=value)
     if rerun_lr_factor is not None:
-        runs = {(p, int(L), n): g for (p, L, n), g in df.groupby(["param", "n_layers", "noise"])}
+        if "seed" not in df.columns:
+            df = df.assign(seed=0)
+        runs = {
+            (p, int(L), n, int(r)): g
+            for (p, L, n, r), g in df.groupby(["param", "n_layers", "noise", "seed"])
+        }
         replaced = value.copy()
-        for i, (p, L, n, lr) in enumerate(
-            zip(df["param"], df["n_layers"], df["noise"], df["lr"], strict=True)
+        for i, (p, L, n, r, lr) in enumerate(
+            zip(df["param"], df["n_layers"], df["noise"], df["seed"], df["lr"], strict=True)
         ):
             if np.isfinite(value[i]):
                 continue
-            g = runs[(p, int(L), n)]
+            g = runs[(p, int(L), n, int(r))]
             lower = g[np.isclose(g["lr"], lr * rerun_lr_factor, rtol=1e-2)]
             if len(lower):
                 replaced[i] = float(lower["value"].iloc[0])
