@@ -335,8 +335,39 @@ def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
     assert out.meta["commands"] == ["base", "long", "sweep"]
     walls.append(sweep.meta["timing"]["wall_s"])
     assert out.meta["timing"]["wall_s"] == pytest.approx(sum(walls), abs=0.1)
-    with pytest.raises(ValueError, match="other steps"):
+    with pytest.raises(ValueError, match=r"icl_lr_sweep trained \(diag, 2\) with steps=4, the recipe's is 3"):
         icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=wrong, lr_sweep=sweep_run)
+    # two sweeps: each model's rate from the last that trained it, with the recipe's steps and
+    # schedule (here a second sweep of the 2-layer model, whose recipe changes its schedule)
+    assert recipe["lr_schedule"] == "cosine"  # the book scale's
+    cosine = {**recipe, "lr_schedule": {"diag": {1: "cosine", 2: "warmup_stable_decay"}}}
+    deep = {
+        **cosine,
+        "depths": {"diag": [2]},
+        "lr_schedule": "warmup_stable_decay",
+        "reruns": 0,
+        "arms": arms,
+    }
+    sweep_deep = ex.run("icl_lr_sweep_seeds", overrides=deep, cache=False)
+    ex.write_result(sweep_deep, tmp_path / "sweep_deep", command="sweep deep")
+    long_cos = ex.run(
+        "icl_mixed_noise", overrides={**longer, "lr_schedule": "warmup_stable_decay"}, cache=False
+    )
+    ex.write_result(long_cos, tmp_path / "long_cos", command="long cosine")
+    long_cos_run = ("icl_mixed_noise", tmp_path / "long_cos", [("diag", 2)])
+    both = [sweep_run, ("icl_lr_sweep_seeds", tmp_path / "sweep_deep")]
+    path = icl.splice(base_run, [long_cos_run], tmp_path / "out3", scale="book", recipe=cosine, lr_sweep=both)
+    out = ex.load_result("icl_mixed_noise", "book", directory=path.parent)
+    assert out.meta["lr_sweep"]["results"] == ["icl_lr_sweep", "icl_lr_sweep_seeds"]
+    rates = out.meta["lr_sweep"]["rates"]["diag"]
+    assert (rates["1"]["sweep"], rates["2"]["sweep"]) == ("icl_lr_sweep", "icl_lr_sweep_seeds")
+    assert out.meta["commands"] == ["base", "long cosine", "sweep", "sweep deep"]
+    with pytest.raises(ValueError, match="with lr_schedule=cosine, the recipe's is warmup_stable_decay"):
+        icl.splice(
+            base_run, [long_cos_run], tmp_path / "bad", scale="book", recipe=cosine, lr_sweep=sweep_run
+        )
+    with pytest.raises(ValueError, match="with lr_schedule=cosine, the recipe's is warmup_stable_decay"):
+        icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=cosine, lr_sweep=both)
     # a sweep whose choice is not the recipe's rate: the same sweep with arm b's losses made tiny
     sweep.rows = [{**r, "adjusted_val": 1e-6} if r["arm"] == "b" else r for r in sweep.rows]
     ex.write_result(sweep, tmp_path / "sweep2", command="sweep")
@@ -355,7 +386,7 @@ def test_reruns_train_with_the_steps_of_their_model():
     curves = [r for r in res.rows if r["kind"] == "curve"]
     assert [r["step"] for r in curves if r["n_layers"] == 1] == [2, 4]
     assert [r["step"] for r in curves if r["n_layers"] == 2] == [2, 4, 6]
-    with pytest.raises(ValueError, match="steps must be one number"):
+    with pytest.raises(ValueError, match="steps must be one value"):
         icl._train_once({**ex.get("icl_mixed_noise").config("book"), "steps": {"diag": {1: 4, 2: 6}}},
                         "cpu", ["diag"], [1, 2], ["uniform:1"], 1e-3)  # fmt: skip
 
@@ -437,3 +468,30 @@ def test_lr_choice_takes_the_geometric_mean_over_noise_settings():
         icl.lr_choice(rows[1:])
     with pytest.raises(ValueError, match="not be empty"):
         icl.lr_choice([])
+
+
+def test_every_icl_experiment_has_depths_and_per_model_settings_for_each_of_its_models():
+    """A scale whose ``depths`` dict lacks one of its ``params``, or whose per-model rate, steps or
+    schedule lacks one of its models, fails only when run (icl_table_6k's book scale did once)."""
+    for name in ex.names():
+        if not name.startswith("icl_"):
+            continue
+        for scale in ex.get(name).scales:
+            config = ex.get(name).config(scale)
+            depths = config.get("depths")
+            if not isinstance(depths, dict):
+                continue
+            arms = config.get("arms") or {}
+            # an experiment of arms trains each arm's changes to the config (where they are a dict)
+            configs = (
+                [{**config, **arm} for arm in arms.values()]
+                if arms and all(isinstance(arm, dict) for arm in arms.values())
+                else [config]
+            )
+            for cfg in configs:
+                for param in cfg["params"]:
+                    assert param in cfg["depths"], (name, scale, param)
+                    for L in cfg["depths"][param]:
+                        for key in ("lr", "steps", "lr_schedule"):
+                            if key in cfg:
+                                icl.per_model(cfg[key], param, L)  # a KeyError names the gap

@@ -248,7 +248,6 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
         "n": config["n"],
         "batch_size": config["batch_size"],
         "betas": tuple(config["betas"]),
-        "lr_schedule": config["lr_schedule"],
         "max_grad_norm": config["max_grad_norm"],
         "patience": config["patience"],
         "init_scale": config["init_scale"],
@@ -257,18 +256,30 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
         "device": device,
     }
     seeds = list(range(config["seed_start"], config["seed_start"] + config["n_seeds"]))
-    if not isinstance(depths, dict):  # one call: every model must have the same number of steps
-        steps = {_steps_of(config["steps"], p, L) for p in params for L in depths}
-        if len(steps) != 1:
-            raise ValueError(f"steps must be one number for the models {params} x {depths}, got {steps}")
-        return it.train_icl(params, depths, noise, seeds, lr=lr, steps=steps.pop(), **kw)
+    if not isinstance(depths, dict):  # one call: every model must have the same steps and schedule
+        for key in ("steps", "lr_schedule"):
+            values = {per_model(config[key], p, L) for p in params for L in depths}
+            if len(values) != 1:
+                raise ValueError(f"{key} must be one value for the models {params} x {depths}, got {values}")
+        L0 = depths[0]
+        return it.train_icl(
+            params, depths, noise, seeds, lr=lr, steps=_steps_of(config["steps"], params[0], L0),
+            lr_schedule=per_model(config["lr_schedule"], params[0], L0), **kw,
+        )  # fmt: skip
     merged = None
     for param in params:
-        by_run = {}  # depths that share a learning rate and a step count train in one call
+        by_run = {}  # depths that share a learning rate, a step count and a schedule train in one call
         for L in depths[param]:
-            by_run.setdefault((_lr_of(lr, param, L), _steps_of(config["steps"], param, L)), []).append(L)
-        for (lr_p, steps_p), Ls in by_run.items():
-            res = it.train_icl([param], Ls, noise, seeds, lr=lr_p, steps=steps_p, **kw)
+            run = (
+                _lr_of(lr, param, L),
+                _steps_of(config["steps"], param, L),
+                per_model(config["lr_schedule"], param, L),
+            )
+            by_run.setdefault(run, []).append(L)
+        for (lr_p, steps_p, schedule_p), Ls in by_run.items():
+            res = it.train_icl(
+                [param], Ls, noise, seeds, lr=lr_p, steps=steps_p, lr_schedule=schedule_p, **kw
+            )
             if merged is None:
                 merged = res
             else:
@@ -948,6 +959,7 @@ icl_table_6k = _recipe_variant(
     _CPU,
     "every model of the CPU table at the base recipe's 6,000 steps (chapter 4)",
     _rows,
+    params=["diag", "full"],
     depths={"diag": [1, 2], "full": [1]},
     n_seeds=1,
 )
@@ -1210,14 +1222,17 @@ def splice(
     The training curves stay in the runs' own results. The
     spliced configuration is ``recipe``, by default the registered one of ``name`` at ``scale``;
     every run must have
-    trained its models with that recipe's learning rate and steps (and the other settings equal),
+    trained its models with that recipe's learning rate, steps and schedule (and the other settings
+    equal),
     or a ValueError says which setting differs. The JSON keeps every run's commands, the re-runs of
     the models each run contributed, and the wall time as the sum of the runs' (one after another).
     ``lr_sweep``, ``(result_name, folder)`` of a learning-rate sweep of the recipe
-    (``icl_lr_sweep``), is checked like the runs and its wall time counts: every model's rate in
-    the recipe must be the one the sweep chooses (:func:`lr_choice` from the sweep's own rates,
-    with the recipe's re-run factor), and the JSON records under ``lr_sweep`` each model's rate
-    before the sweep, the chosen one, its gain and the sweep's scores.
+    (``icl_lr_sweep``) or a list of them, is checked like the runs and its wall time counts: each
+    model's rate comes from the last sweep that trained it, which must have trained it with the
+    recipe's steps and schedule, and every model's rate in the recipe must be the one that sweep
+    chooses (:func:`lr_choice` from the sweep's own rates, with the recipe's re-run factor); the
+    JSON records under ``lr_sweep`` each model's sweep, its rate before the sweep, the chosen one,
+    its gain and the sweep's scores.
     Returns the path of the spliced CSV.
     """
     from attnlab.experiments import Result, load_result, write_result
@@ -1228,16 +1243,32 @@ def splice(
     runs = [(base_res, None)] + [(load_result(n, scale, directory=d), {tuple(m) for m in models})
                                  for n, d, models in replacements]  # fmt: skip
     replaced = set().union(*(models for _, models in runs[1:]))
-    free = ("params", "depths", "part", "profile_noise", "arms", "seed_start", "n_seeds", "steps", "lr")
+    per_model_keys = ("steps", "lr", "lr_schedule")
+    free = ("params", "depths", "part", "profile_noise", "arms", "seed_start", "n_seeds") + per_model_keys
     rows, reruns, commands, timings = [], [], [], []
-    sweep = None if lr_sweep is None else load_result(lr_sweep[0], scale, directory=lr_sweep[1])
-    for param, depths in config["depths"].items() if sweep else ():
-        for L in depths:
-            if _steps_of(sweep.config["steps"], param, L) != _steps_of(config["steps"], param, L):
-                raise ValueError(f"{sweep.name} trained ({param}, {L}) with other steps than the recipe")
-    for res in [res for res, _ in runs] + ([sweep] if sweep else []):
+    if lr_sweep is not None and isinstance(lr_sweep[0], str):
+        lr_sweep = [lr_sweep]
+    sweeps = [load_result(n, scale, directory=d) for n, d in lr_sweep or ()]
+    swept_by = {}  # (param, L): the last sweep that trained the model
+    for sweep in sweeps:
+        for param in sweep.config["params"]:
+            for L in sweep.config["depths"][param]:
+                swept_by[(param, int(L))] = sweep
+
+    def check_model(res, param, L, keys):
+        for key in keys:
+            got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
+            if (float(got) != float(want)) if key != "lr_schedule" else (got != want):
+                raise ValueError(
+                    f"{res.name} trained ({param}, {L}) with {key}={got}, the recipe's is {want}"
+                )
+
+    for (param, L), sweep in swept_by.items():
+        if param in config["depths"] and L in config["depths"][param]:
+            check_model(sweep, param, L, ("steps", "lr_schedule"))
+    for res in [res for res, _ in runs] + sweeps:
         for key, value in config.items():
-            if key not in free + (("noise", "reruns") if res is sweep else ()) and _as_json(
+            if key not in free + (("noise", "reruns") if res in sweeps else ()) and _as_json(
                 res.config.get(key)
             ) != _as_json(value):
                 raise ValueError(
@@ -1247,12 +1278,7 @@ def splice(
         if models is None:  # the base: its models that no other run replaces
             models = {_cell(r)[:2] for r in res.rows if r["kind"] == "table"} - replaced
         for param, L in sorted(models):
-            for key in ("steps", "lr"):
-                got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
-                if float(got) != float(want):
-                    raise ValueError(
-                        f"{res.name} trained ({param}, {L}) with {key}={got}, the recipe's is {want}"
-                    )
+            check_model(res, param, L, per_model_keys)
         for r in res.rows:
             if r["kind"] in ("table", "profile") and (r["param"], int(r["n_layers"])) in models:
                 rows.append({k: v for k, v in r.items() if k != "arm"})
@@ -1260,9 +1286,11 @@ def splice(
         commands += res.meta.get("commands", [res.meta.get("command")])
         timings.append({"run": res.name, **res.meta["timing"]})
     rates = {}
-    if sweep is not None:
+    for sweep in sweeps:
         choice = lr_choice(sweep.rows, current=sweep.config["lr"], rerun_lr_factor=config["rerun_lr_factor"])
         for (param, L), row in choice.iterrows():
+            if swept_by[(param, int(L))] is not sweep:
+                continue  # a later sweep trained this model
             if float(row["chosen"]) != _lr_of(config["lr"], param, int(L)):
                 raise ValueError(
                     f"the recipe trains ({param}, {L}) at {_lr_of(config['lr'], param, int(L))}, "
@@ -1274,6 +1302,7 @@ def splice(
                 if k.startswith("score@") and v == v
             }  # v == v: the rates the sweep tried for this model (a rate it did not is NaN)
             rates.setdefault(param, {})[int(L)] = {
+                "sweep": sweep.name,
                 "before": float(row["current"]),
                 "chosen": float(row["chosen"]),
                 "gain": float(row["gain"]),
@@ -1293,7 +1322,7 @@ def splice(
         )  # fmt: skip
         + "; the others from "
         + base_res.name
-        + (f"; the learning rates swept by {sweep.name}" if sweep is not None else ""),
+        + (f"; the learning rates swept by {', '.join(s.name for s in sweeps)}" if sweeps else ""),
         "timing": {
             "wall_s": round(sum(t["wall_s"] for t in timings), 1),
             "parallel": False,
@@ -1302,8 +1331,8 @@ def splice(
         },
         "reruns": reruns,
     }
-    if sweep is not None:
-        meta["lr_sweep"] = {"result": sweep.name, "rates": rates}
+    if sweeps:
+        meta["lr_sweep"] = {"results": [s.name for s in sweeps], "rates": rates}
     spliced = Result(name, scale, config, rows, base_res.version, meta=meta)
     return write_result(spliced, out, command=" && ".join(c or "?" for c in commands))
 
