@@ -785,6 +785,14 @@ def cpu_table_time() -> list[str]:
         steps_text = f"{common} steps ({other})"
     else:
         steps_text = f"{steps} steps"
+    schedule = cfg["lr_schedule"]
+    if isinstance(schedule, dict):  # a schedule per model: name the models that differ as above
+        per = {(p, L): per_model(schedule, p, L) for p, Ls in cfg["depths"].items() for L in Ls}
+        common = max(set(per.values()), key=list(per.values()).count)
+        other = ", ".join(f"{v} for {p} {L}L" for (p, L), v in per.items() if v != common)
+        steps_text += f", learning-rate schedule {common} ({other})"
+    else:
+        steps_text += f", learning-rate schedule {schedule}"
     runs = t.get("parts", [t]) if not t.get("parallel") else [t]
 
     def how(run: dict) -> str:

@@ -138,17 +138,21 @@ _FAILING = {
 def test_cpu_scale_recipe_and_reruns():
     exp = ex.get("icl_mixed_noise")
     cpu = exp.config("cpu")
-    assert cpu["lr_schedule"] == "warmup_stable_decay" and cpu["batch_size"] == 512
+    assert cpu["batch_size"] == 512
     assert cpu["noise"] == exp.config("paper")["noise"] and len(cpu["noise"]) == 10
     assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
     assert cpu["n_seeds"] == 5 and cpu["seed_start"] == 0
     assert cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
     assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
-    longer = {("diag", 5), ("full", 3), ("full", 4), ("full", 7)}
+    longer = {("diag", 5), ("full", 3), ("full", 4)}
     for param, depths in cpu["depths"].items():
         for L in depths:
-            assert icl._steps_of(cpu["steps"], param, L) == (24_000 if (param, L) in longer else 6000)
+            # 7-layer FULL: eight times the steps with a cosine decay (icl_full7_schedule)
+            steps = 48_000 if (param, L) == ("full", 7) else 24_000 if (param, L) in longer else 6000
+            assert icl._steps_of(cpu["steps"], param, L) == steps, (param, L)
+            schedule = "cosine" if (param, L) == ("full", 7) else "warmup_stable_decay"
+            assert icl.per_model(cpu["lr_schedule"], param, L) == schedule, (param, L)
     # the sweep's choice: three times the pilot's rate for DIAG 3L, 4L and GD++ 3L, 4L, 5L
     moved = {("diag", 3), ("diag", 4), ("gdpp", 3), ("gdpp", 4), ("gdpp", 5)}
     base = ex.get("icl_table_6k").config("cpu")
@@ -156,8 +160,10 @@ def test_cpu_scale_recipe_and_reruns():
         for L in depths:
             want = (3 if (param, L) in moved else 1) * icl._lr_of(base["lr"], param, L)
             assert icl._lr_of(cpu["lr"], param, L) == pytest.approx(want), (param, L)
-    assert base["steps"] == 6000 and {k: v for k, v in base.items() if k not in ("steps", "lr")} == {
-        k: v for k, v in cpu.items() if k not in ("steps", "lr")
+    per_model = ("steps", "lr", "lr_schedule")
+    assert base["steps"] == 6000 and base["lr_schedule"] == "warmup_stable_decay"
+    assert {k: v for k, v in base.items() if k not in per_model} == {
+        k: v for k, v in cpu.items() if k not in per_model
     }
     # A rate that makes every model blow up: each failed model is re-run once at a third of it.
     tiny = _FAILING
@@ -180,7 +186,7 @@ def test_cpu_scale_recipe_and_reruns():
 def test_committed_cpu_result_records_its_recipe_and_wall_time():
     res = ex.load_result("icl_mixed_noise", "cpu")
     recipe = ex.get("icl_mixed_noise").config("cpu")
-    for key in ("batch_size", "lr_schedule", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
+    for key in ("batch_size", "n_seeds", "reruns", "rerun_lr_factor", "fail_ratio"):
         assert res.config[key] == pytest.approx(recipe[key]), key
     assert res.meta["timing"]["wall_s"] > 60 and res.meta["timing"]["cpu_s"] > 60
     assert isinstance(res.meta["reruns"], list)
@@ -192,6 +198,8 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
         for L in depths:
             steps = icl._steps_of(res.config["steps"], param, L)
             assert steps == icl._steps_of(recipe["steps"], param, L), (param, L)
+            schedule = icl.per_model(res.config["lr_schedule"], param, L)
+            assert schedule == icl.per_model(recipe["lr_schedule"], param, L), (param, L)
             assert icl._lr_of(res.config["lr"], param, L) == pytest.approx(icl._lr_of(recipe["lr"], param, L))
             swept = res.meta["lr_sweep"]["rates"][param][str(L)]  # the sweep chose the recipe's rate
             assert swept["chosen"] == pytest.approx(icl._lr_of(recipe["lr"], param, L)), (param, L)
@@ -393,8 +401,22 @@ def test_reruns_train_with_the_steps_of_their_model():
 
 def test_lr_sweep_is_the_table_recipe_at_three_rates():
     cpu, table = ex.get("icl_lr_sweep").config("cpu"), ex.get("icl_mixed_noise").config("cpu")
-    same = ("params", "depths", "steps", "lr_schedule", "batch_size", "betas", "max_grad_norm", "patience")
+    same = ("params", "depths", "batch_size", "betas", "max_grad_norm", "patience")
     assert all(cpu[k] == table[k] for k in same + ("n_eval", "eval_seed", "n_val"))
+    for param, depths in table["depths"].items():  # the table's steps and schedule, but 7-layer
+        for L in depths:  # FULL's, whose recipe changed after this sweep (icl_full7_sweep sweeps it)
+            for key in ("steps", "lr_schedule"):
+                want = (24_000, "warmup_stable_decay") if (param, L) == ("full", 7) else None
+                got = icl.per_model(cpu[key], param, L)
+                assert got == (want[key == "lr_schedule"] if want else icl.per_model(table[key], param, L))
+    full7 = ex.get("icl_full7_sweep").config("cpu")
+    assert (full7["params"], full7["depths"]) == (["full"], {"full": [7]})
+    for key in ("steps", "lr_schedule"):
+        assert full7[key] == icl.per_model(table[key], "full", 7)
+    assert {
+        k: v for k, v in full7.items() if k not in ("params", "depths", "steps", "lr_schedule", "arms")
+    } == {k: v for k, v in cpu.items() if k not in ("params", "depths", "steps", "lr_schedule", "arms")}
+    assert [arm["lr"]["full"][7] for arm in full7["arms"].values()] == pytest.approx([1e-4, 3e-4, 9e-4])
     pilot = ex.get("icl_table_6k").config("cpu")["lr"]  # the sweep is around the pilot's rates
     assert cpu["lr"] == pilot
     assert cpu["reruns"] == 0 and (cpu["seed_start"], cpu["n_seeds"]) == (0, 1)
