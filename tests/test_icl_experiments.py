@@ -283,6 +283,30 @@ def test_deep_seven_experiments_change_only_what_they_name():
     assert [r["seed"] for r in res.rows] == [1]
 
 
+def test_float64_experiments_change_only_the_dtype():
+    recipe, table = ex.get("icl_table_6k").config("cpu"), ex.get("icl_mixed_noise").config("cpu")
+    assert recipe["dtype"] == table["dtype"] == "float32"
+    same = ("lr", "lr_schedule", "batch_size", "betas", "max_grad_norm", "patience")
+    same += ("n_eval", "eval_seed", "n_val")
+    d7 = ex.get("icl_diag7_float64").config("cpu")
+    assert all(d7[k] == recipe[k] for k in same) and d7["steps"] == 4 * recipe["steps"]
+    assert d7["depths"] == {"diag": [7]} and d7["reruns"] == 0 and (d7["seed_start"], d7["n_seeds"]) == (0, 4)
+    assert d7["arms"] == {"float32": {"dtype": "float32"}, "float64": {"dtype": "float64"}}
+    f7 = ex.get("icl_full7_float64").config("cpu")  # 7-layer FULL by the table's recipe
+    for key in ("steps", "lr_schedule", "lr"):
+        assert icl.per_model(f7[key], "full", 7) == icl.per_model(table[key], "full", 7), key
+    assert all(f7[k] == table[k] for k in same if k not in ("lr", "lr_schedule"))
+    assert f7["depths"] == {"full": [7]} and f7["reruns"] == 0
+    assert f7["arms"] == {"float64": {"dtype": "float64"}}
+    for dtype in ("float32", "float64"):  # the dtype reaches the trainer
+        config = {**ex.get("icl_diag7_float64").config("book"), "dtype": dtype, "steps": 3}
+        res = icl._train_once(config, "cpu", ["diag"], {"diag": [2]}, ["uniform:3"], 1e-3)
+        assert all(g.weights.dtype == getattr(torch, dtype) for g in res.groups.values())
+    res = ex.run("icl_diag7_float64", overrides={"n_eval": 200, "n_val": 100, "steps": 20}, cache=False)
+    kinds = {(r["arm"], r["kind"]) for r in res.rows}
+    assert kinds == {(a, k) for a in ("float32", "float64") for k in ("table", "curve")}
+
+
 def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
     small = {
         "params": ["diag"],
