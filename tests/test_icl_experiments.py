@@ -302,6 +302,11 @@ def test_float64_experiments_change_only_the_dtype():
         config = {**ex.get("icl_diag7_float64").config("book"), "dtype": dtype, "steps": 3}
         res = icl._train_once(config, "cpu", ["diag"], {"diag": [2]}, ["uniform:3"], 1e-3)
         assert all(g.weights.dtype == getattr(torch, dtype) for g in res.groups.values())
+    config["dtype"] = {"diag": {1: "float32", 2: "float64"}}  # a dtype per model
+    res = icl._train_once(config, "cpu", ["diag"], {"diag": [1, 2]}, ["uniform:3"], 1e-3)
+    assert {L: g.weights.dtype for (_, L), g in res.groups.items()} == {1: torch.float32, 2: torch.float64}
+    with pytest.raises(ValueError, match="dtype must be one value"):
+        icl._train_once(config, "cpu", ["diag"], [1, 2], ["uniform:3"], 1e-3)
     res = ex.run("icl_diag7_float64", overrides={"n_eval": 200, "n_val": 100, "steps": 20}, cache=False)
     kinds = {(r["arm"], r["kind"]) for r in res.rows}
     assert kinds == {(a, k) for a in ("float32", "float64") for k in ("table", "curve")}
@@ -349,6 +354,25 @@ def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
         icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe=wrong)
     with pytest.raises(ValueError, match="batch_size"):
         icl.splice(base_run, [long_run], tmp_path / "bad", scale="book", recipe={**recipe, "batch_size": 16})
+    # the dtype is checked per model; a result from before the setting has none: it trained in float32
+    f64 = ex.run("icl_mixed_noise", overrides={**longer, "dtype": "float64"}, cache=False)
+    ex.write_result(f64, tmp_path / "f64", command="f64")
+    f64_run = ("icl_mixed_noise", tmp_path / "f64", [("diag", 2)])
+    with pytest.raises(ValueError, match=r"trained \(diag, 2\) with dtype=float64, the recipe's is float32"):
+        icl.splice(base_run, [f64_run], tmp_path / "bad", scale="book", recipe=recipe)
+    mixed = {**recipe, "dtype": {"diag": {1: "float32", 2: "float64"}}}
+    path = icl.splice(base_run, [f64_run], tmp_path / "out_f64", scale="book", recipe=mixed)
+    spliced = ex.load_result("icl_mixed_noise", "book", directory=path.parent).config
+    assert [icl._dtype_of(spliced, "diag", L) for L in (1, 2)] == ["float32", "float64"]
+    old = ex.load_result("icl_mixed_noise", "book", directory=tmp_path / "base")
+    del old.config["dtype"]
+    ex.write_result(old, tmp_path / "old", command="base")
+    icl.splice(
+        ("icl_mixed_noise", tmp_path / "old"), [long_run], tmp_path / "out_old", scale="book", recipe=recipe
+    )
+    with pytest.raises(ValueError, match=r"trained \(diag, 1\) with dtype=float32, the recipe's is float64"):
+        icl.splice(("icl_mixed_noise", tmp_path / "old"), [f64_run], tmp_path / "bad", scale="book",
+                   recipe={**recipe, "dtype": "float64"})  # fmt: skip
     # a learning-rate sweep of the recipe: its choice and its wall time go into the spliced result
     # the recipe's rate (3e-3) against one that cannot train (1e-9): the sweep keeps the recipe's
     rate = recipe["lr"]["diag"]
@@ -538,6 +562,6 @@ def test_every_icl_experiment_has_depths_and_per_model_settings_for_each_of_its_
                 for param in cfg["params"]:
                     assert param in cfg["depths"], (name, scale, param)
                     for L in cfg["depths"][param]:
-                        for key in ("lr", "steps", "lr_schedule"):
+                        for key in ("lr", "steps", "lr_schedule", "dtype"):
                             if key in cfg:
                                 icl.per_model(cfg[key], param, L)  # a KeyError names the gap

@@ -255,33 +255,35 @@ def _train_once(config: dict, device: str, params, depths, noise, lr) -> it.Trai
         "record_every": config["record_every"],
         "data_seed": config["data_seed"],
         "device": device,
-        "dtype": config["dtype"],
     }
     seeds = list(range(config["seed_start"], config["seed_start"] + config["n_seeds"]))
-    if not isinstance(depths, dict):  # one call: every model must have the same steps and schedule
-        for key in ("steps", "lr_schedule"):
+    if not isinstance(depths, dict):  # one call: every model must have the same steps, schedule, dtype
+        for key in ("steps", "lr_schedule", "dtype"):
             values = {per_model(config[key], p, L) for p in params for L in depths}
             if len(values) != 1:
                 raise ValueError(f"{key} must be one value for the models {params} x {depths}, got {values}")
         L0 = depths[0]
         return it.train_icl(
             params, depths, noise, seeds, lr=lr, steps=_steps_of(config["steps"], params[0], L0),
-            lr_schedule=per_model(config["lr_schedule"], params[0], L0), **kw,
+            lr_schedule=per_model(config["lr_schedule"], params[0], L0),
+            dtype=_dtype_of(config, params[0], L0), **kw,
         )  # fmt: skip
     merged = None
     for param in params:
-        by_run = {}  # depths that share a learning rate, a step count and a schedule train in one call
+        by_run = {}  # depths that share a learning rate, steps, schedule and dtype train in one call
         for L in depths[param]:
             run = (
                 _lr_of(lr, param, L),
                 _steps_of(config["steps"], param, L),
                 per_model(config["lr_schedule"], param, L),
+                _dtype_of(config, param, L),
             )
             by_run.setdefault(run, []).append(L)
-        for (lr_p, steps_p, schedule_p), Ls in by_run.items():
+        for (lr_p, steps_p, schedule_p, dtype_p), Ls in by_run.items():
             res = it.train_icl(
-                [param], Ls, noise, seeds, lr=lr_p, steps=steps_p, lr_schedule=schedule_p, **kw
-            )
+                [param], Ls, noise, seeds, lr=lr_p, steps=steps_p, lr_schedule=schedule_p,
+                dtype=dtype_p, **kw,
+            )  # fmt: skip
             if merged is None:
                 merged = res
             else:
@@ -306,6 +308,12 @@ def _lr_of(lr, param: str, L: int) -> float:
 def _steps_of(steps, param: str, L: int) -> int:
     """The number of training steps of ``(param, L)`` (:func:`per_model`)."""
     return int(per_model(steps, param, L))
+
+
+def _dtype_of(config: dict, param: str, L: int) -> str:
+    """The training dtype of ``(param, L)`` (:func:`per_model`); a result from before the setting
+    existed has none, and trained in float32."""
+    return str(per_model(config.get("dtype", "float32"), param, L))
 
 
 def _validation(res: it.TrainedICL, config: dict) -> dict:
@@ -1348,8 +1356,8 @@ def splice(
     The training curves stay in the runs' own results. The
     spliced configuration is ``recipe``, by default the registered one of ``name`` at ``scale``;
     every run must have
-    trained its models with that recipe's learning rate, steps and schedule (and the other settings
-    equal),
+    trained its models with that recipe's learning rate, steps, schedule and dtype (a run from
+    before the dtype setting trained in float32) and the other settings equal,
     or a ValueError says which setting differs. The JSON keeps every run's commands, the re-runs of
     the models each run contributed, and the wall time as the sum of the runs' (one after another).
     ``lr_sweep``, ``(result_name, folder)`` of a learning-rate sweep of the recipe
@@ -1369,7 +1377,7 @@ def splice(
     runs = [(base_res, None)] + [(load_result(n, scale, directory=d), {tuple(m) for m in models})
                                  for n, d, models in replacements]  # fmt: skip
     replaced = set().union(*(models for _, models in runs[1:]))
-    per_model_keys = ("steps", "lr", "lr_schedule")
+    per_model_keys = ("steps", "lr", "lr_schedule", "dtype")
     free = ("params", "depths", "part", "profile_noise", "arms", "seed_start", "n_seeds") + per_model_keys
     rows, reruns, commands, timings = [], [], [], []
     if lr_sweep is not None and isinstance(lr_sweep[0], str):
@@ -1383,15 +1391,18 @@ def splice(
 
     def check_model(res, param, L, keys):
         for key in keys:
-            got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
-            if (float(got) != float(want)) if key != "lr_schedule" else (got != want):
+            if key == "dtype":
+                got, want = _dtype_of(res.config, param, L), _dtype_of(config, param, L)
+            else:
+                got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
+            if (float(got) != float(want)) if key in ("steps", "lr") else (got != want):
                 raise ValueError(
                     f"{res.name} trained ({param}, {L}) with {key}={got}, the recipe's is {want}"
                 )
 
     for (param, L), sweep in swept_by.items():
         if param in config["depths"] and L in config["depths"][param]:
-            check_model(sweep, param, L, ("steps", "lr_schedule"))
+            check_model(sweep, param, L, ("steps", "lr_schedule", "dtype"))
     for res in [res for res, _ in runs] + sweeps:
         for key, value in config.items():
             if key not in free + (("noise", "reruns") if res in sweeps else ()) and _as_json(
