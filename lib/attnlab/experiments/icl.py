@@ -1129,6 +1129,19 @@ icl_table_full7 = _table_cells(
     {"full": [7]},
 )
 
+# DIAG with 1-3 layers by the table's recipe, with their weights: the same runs as in
+# icl_table_rates (bit for bit: the re-run rule for 3 layers compares with 1 and 2), kept so that
+# the table's own 3-layer models can be evaluated on other prompts (icl_eval_sets).
+icl_table_diag3 = _recipe_variant(
+    "icl_table_diag3",
+    dict(_CPU_TABLE, params=["diag"], depths={"diag": [1, 2, 3]}, keep_weights=True),
+    "DIAG with 1-3 layers of the CPU table (as in icl_table_rates), with their weights (chapter 4)",
+    _rows,
+    depths={"diag": [1, 3]},
+    steps=60,
+    n_seeds=1,
+)
+
 
 # ------------------------------------------------------------------------------------------------
 # Chapter 05: well-trained models to look inside, and the decayed-attention variant.
