@@ -117,6 +117,25 @@ def test_trained_model_round_trips_through_a_result_file(tmp_path):
         trained_model(loaded, "diag", 2, "uniform:5", seed=7)
 
 
+def test_eval_sets_set_zero_is_the_committed_evaluation():
+    """Set 0 of icl_eval_sets is the table's evaluation: it reproduces the committed mean, trimmed
+    mean and median of the stored model, and a fresh set differs from it."""
+    src = {"icl_trained_models": {"models": {"diag": [3]}, "noise": ["uniform:1"], "seeds": [2]}}
+    over = {"sources": src, "n_eval": 100_000, "n_sets": 1}
+    res = ex.run("icl_eval_sets", overrides=over, cache=False)
+    rows = ex.load_result("icl_trained_models", "cpu").rows
+    cell = ("diag", 3, "uniform:1", 2)
+    (stored,) = [
+        r for r in rows if r["kind"] == "table" and (r["param"], r["n_layers"], r["noise"], r["seed"]) == cell
+    ]
+    zero, fresh = res.rows
+    assert (zero["set"], zero["eval_seed"], fresh["eval_seed"]) == (0, 123, 1001)
+    for key in ("adjusted", "adjusted_trimmed", "adjusted_median"):
+        assert zero[key] == pytest.approx(stored[key], rel=1e-9), key
+    assert fresh["adjusted_median"] != pytest.approx(zero["adjusted_median"], rel=1e-6)
+    assert zero["source"] == "icl_trained_models" and 0 < zero["worst_share"] <= 1
+
+
 # A tiny CPU-scale run at a rate that makes every model fail, so that each is re-run.
 _FAILING = {
     "params": ["diag"],

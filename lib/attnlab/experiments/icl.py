@@ -11,6 +11,9 @@
   clipping and patience), on deep DIAG (chapter 04).
 - ``icl_decay``: the reviewers' "other variants" question: linear attention whose keys decay with
   their distance from the query (RetNet-like), with the decay learned or fixed.
+- ``icl_eval_sets``: stored trained models (``icl_trained_models`` and the table's 3-layer DIAG,
+  ``icl_table_diag3``) on the table's evaluation prompts and on fresh sets of as many: how much of
+  a cell's mean is the draw of its prompts.
 
 Noise distributions are the strings of :class:`attnlab.tasks.icl_regression.Noise` (``"uniform:3"``,
 ``"categorical:1,3"``). The paper scale trains 200k Adam steps at batch 2048 per model on an H100;
@@ -1205,6 +1208,94 @@ def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) 
     weights = json.loads(found[0]) if isinstance(found[0], str) else found[0]
     model = LinearTransformer.from_packed(np.asarray(weights, dtype=np.float64), result.config["d"], param)
     return model.requires_grad_(False)
+
+
+# How much a trained model's mean adjusted loss depends on the draw of its 100,000 evaluation
+# prompts: stored models, evaluated on the table's prompts (eval_seed 123) and on n_sets fresh sets
+# of as many (chapter 04). The sources: the models of icl_trained_models (the CPU recipe at the
+# pilot's rates) and the table's own 3-layer DIAG models (icl_table_diag3).
+_EVAL_SETS_CPU = {
+    "sources": {
+        "icl_trained_models": {
+            "models": {"diag": [3, 4, 7], "full": [4]},
+            "noise": ["uniform:0", "uniform:1", "uniform:3", "uniform:5", "uniform:7"],
+            "seeds": [0, 1, 2],
+        },
+        "icl_table_diag3": {"models": {"diag": [3]}, "noise": TABLE1_NOISE, "seeds": [0, 1, 2, 3, 4]},
+    },
+    "source_scale": "cpu",
+    "n_eval": 100_000,
+    "eval_seed": 123,
+    "n_sets": 10,
+    "set_seed": 1000,
+    "trim": 1e-4,
+    "outlier_ratio": 2.0,
+    "chunk": 10_000,
+}
+
+
+@experiment(
+    "icl_eval_sets",
+    book=dict(
+        _EVAL_SETS_CPU,
+        sources={"icl_trained_models": {"models": {"diag": [3]}, "noise": ["uniform:0"], "seeds": [0]}},
+        n_eval=10_000,
+        n_sets=2,
+    ),
+    paper=_EVAL_SETS_CPU,
+    cpu=_EVAL_SETS_CPU,
+    description="Stored trained models on the table's evaluation prompts and on fresh sets of as many: "
+    "how the mean adjusted loss depends on the draw of the prompts (chapter 4)",
+)
+def icl_eval_sets(config: dict, device: str) -> list[dict]:
+    """One row per model and evaluation set: set 0 is the table's (``eval_seed``), sets 1.. are
+    fresh (``set_seed + k``). ``sources`` maps a result with weights (at ``source_scale``) to its
+    ``models`` ``{param: [depths]}``, ``noise`` and ``seeds``. Besides the mean, trimmed mean and
+    median of the per-prompt adjusted loss, a row names the set's worst prompt for the model
+    (``worst_index``) with its loss (``worst``) and its share of the set's summed loss."""
+    from attnlab.experiments import load_result
+
+    sources = {name: load_result(name, config["source_scale"]) for name in config["sources"]}
+    d, n = {(r.config["d"], r.config["n"]) for r in sources.values()}.pop()
+    seeds = [config["eval_seed"]] + [config["set_seed"] + k for k in range(1, config["n_sets"] + 1)]
+    rows = []
+    for k, eval_seed in enumerate(seeds):
+        data = _common_data(config["n_eval"], d, n, eval_seed)
+        noise = dict.fromkeys(spec for src in config["sources"].values() for spec in src["noise"])
+        for spec in noise:
+            sigma = _sigma(spec, data["u"])
+            y = _labels(data, sigma)
+            oracle_sq = 0.5 * (bl.oracle_ridge(data["X"], y, data["x_query"], sigma) - data["target"]) ** 2
+            for name, src in config["sources"].items():
+                if spec not in src["noise"]:
+                    continue
+                for param, depths in src["models"].items():
+                    for L in depths:
+                        for seed in src["seeds"]:
+                            model = trained_model(sources[name], param, L, spec, seed)
+                            pred = it.evaluate(model, data["X"], y, data["x_query"], chunk=config["chunk"])
+                            adj = 0.5 * (pred - data["target"]) ** 2 - oracle_sq
+                            worst = int(torch.argmax(adj))
+                            mean, trimmed = float(adj.mean()), bl.trimmed_mean(adj, config["trim"])
+                            rows.append(
+                                {
+                                    "source": name,
+                                    "param": param,
+                                    "n_layers": L,
+                                    "noise": spec,
+                                    "seed": seed,
+                                    "set": k,
+                                    "eval_seed": eval_seed,
+                                    "adjusted": mean,
+                                    "adjusted_trimmed": trimmed,
+                                    "adjusted_median": float(adj.median()),
+                                    "outliers": bool(mean > config["outlier_ratio"] * trimmed),
+                                    "worst": float(adj[worst]),
+                                    "worst_index": worst,
+                                    "worst_share": float(adj[worst] / adj.sum()),
+                                }
+                            )
+    return rows
 
 
 @experiment(
