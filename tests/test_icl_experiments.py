@@ -302,15 +302,19 @@ def test_deep_seven_experiments_change_only_what_they_name():
     assert [r["seed"] for r in res.rows] == [1]
 
 
-def test_table_diag3_is_the_tables_recipe_with_weights():
-    """icl_table_diag3 trains DIAG 1-3 as the table does (the chapter checks its rows equal
-    icl_table_rates' bit for bit) and differs from the recipe only by keeping the weights."""
-    table, d3 = ex.get("icl_mixed_noise").config("cpu"), ex.get("icl_table_diag3").config("cpu")
-    assert d3["depths"] == {"diag": [1, 2, 3]} and d3["params"] == ["diag"] and d3["keep_weights"]
+@pytest.mark.parametrize(
+    "name, param, depths", [("icl_table_diag3", "diag", [1, 2, 3]), ("icl_table_full3", "full", [1, 3])]
+)
+def test_table_weights_runs_are_the_tables_recipe(name, param, depths):
+    """icl_table_diag3 and icl_table_full3 train models as the table does (chapter 4 checks their
+    rows equal icl_table_rates' and icl_table_long's bit for bit) and differ from the recipe only
+    by keeping the weights."""
+    table, run = ex.get("icl_mixed_noise").config("cpu"), ex.get(name).config("cpu")
+    assert run["depths"] == {param: depths} and run["params"] == [param] and run["keep_weights"]
     for key in ("steps", "lr", "lr_schedule"):
-        for L in (1, 2, 3):
-            assert icl.per_model(d3[key], "diag", L) == icl.per_model(table[key], "diag", L), (key, L)
-    assert {k for k in table if table[k] != d3[k]} == {"params", "depths", "keep_weights"}
+        for L in depths:
+            assert icl.per_model(run[key], param, L) == icl.per_model(table[key], param, L), (key, L)
+    assert {k for k in table if table[k] != run[k]} == {"params", "depths", "keep_weights"}
 
 
 def test_float64_experiments_change_only_the_dtype():

@@ -1093,10 +1093,11 @@ icl_table_6k = _recipe_variant(
 )
 
 
-def _table_cells(name: str, depths: dict, description: str, book_depths: dict):
+def _table_cells(name: str, depths: dict, description: str, book_depths: dict, keep_weights: bool = False):
     """Register a run of some models of the table's recipe (``_CPU_TABLE``), ``depths``
-    ``{param: [depths]}``, for :func:`splice`; its book scale is a smoke run at ``book_depths``."""
-    config = dict(_CPU_TABLE, params=list(depths), depths=depths)
+    ``{param: [depths]}``, for :func:`splice` (or, with ``keep_weights``, to keep the weights the
+    table's runs did not); its book scale is a smoke run at ``book_depths``."""
+    config = dict(_CPU_TABLE, params=list(depths), depths=depths, keep_weights=keep_weights)
     return _recipe_variant(name, config, description, _rows, depths=book_depths, steps=60, n_seeds=1)
 
 
@@ -1132,17 +1133,23 @@ icl_table_full7 = _table_cells(
     {"full": [7]},
 )
 
-# DIAG with 1-3 layers by the table's recipe, with their weights: the same runs as in
-# icl_table_rates (bit for bit: the re-run rule for 3 layers compares with 1 and 2), kept so that
-# the table's own 3-layer models can be evaluated on other prompts (icl_eval_sets).
-icl_table_diag3 = _recipe_variant(
+# Models of the table again, with their weights, so that the table's own models can be evaluated
+# on other prompts (icl_eval_sets): DIAG with 1-3 layers as in icl_table_rates and FULL with 1 and
+# 3 as in icl_table_long, bit for bit (each with the shallower models its re-run rule compares
+# with, run as the same two parts).
+icl_table_diag3 = _table_cells(
     "icl_table_diag3",
-    dict(_CPU_TABLE, params=["diag"], depths={"diag": [1, 2, 3]}, keep_weights=True),
+    {"diag": [1, 2, 3]},
     "DIAG with 1-3 layers of the CPU table (as in icl_table_rates), with their weights (chapter 4)",
-    _rows,
-    depths={"diag": [1, 3]},
-    steps=60,
-    n_seeds=1,
+    {"diag": [1, 3]},
+    keep_weights=True,
+)
+icl_table_full3 = _table_cells(
+    "icl_table_full3",
+    {"full": [1, 3]},
+    "FULL with 1 and 3 layers of the CPU table (as in icl_table_long), with their weights (chapter 4)",
+    {"full": [1, 3]},
+    keep_weights=True,
 )
 
 
