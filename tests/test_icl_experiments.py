@@ -303,18 +303,35 @@ def test_deep_seven_experiments_change_only_what_they_name():
 
 
 @pytest.mark.parametrize(
-    "name, param, depths", [("icl_table_diag3", "diag", [1, 2, 3]), ("icl_table_full3", "full", [1, 3])]
+    "name, param, depths",
+    [
+        ("icl_table_diag3", "diag", [1, 2, 3]),
+        ("icl_table_full3", "full", [1, 3]),
+        ("icl_table_full7_weights", "full", [7]),
+    ],
 )
 def test_table_weights_runs_are_the_tables_recipe(name, param, depths):
-    """icl_table_diag3 and icl_table_full3 train models as the table does (chapter 4 checks their
-    rows equal icl_table_rates' and icl_table_long's bit for bit) and differ from the recipe only
-    by keeping the weights."""
+    """icl_table_diag3, icl_table_full3 and icl_table_full7_weights train models as the table does
+    (chapter 4 checks their rows equal those of the runs the table's come from, bit for bit) and
+    differ from the recipe only by keeping the weights."""
     table, run = ex.get("icl_mixed_noise").config("cpu"), ex.get(name).config("cpu")
     assert run["depths"] == {param: depths} and run["params"] == [param] and run["keep_weights"]
     for key in ("steps", "lr", "lr_schedule"):
         for L in depths:
             assert icl.per_model(run[key], param, L) == icl.per_model(table[key], param, L), (key, L)
     assert {k for k in table if table[k] != run[k]} == {"params", "depths", "keep_weights"}
+
+
+def test_table_full7_weights_are_the_tables_models():
+    """icl_table_full7_weights (not yet in a chapter) trained icl_table_full7's models bit for bit."""
+    key = ("param", "n_layers", "noise", "seed")
+
+    def losses(name):
+        rows = ex.load_result(name, "cpu").rows
+        return {tuple(r[k] for k in key): (r["adjusted"], r["best"]) for r in rows if r["kind"] == "table"}
+
+    kept = losses("icl_table_full7_weights")
+    assert len(kept) == 50 and kept == losses("icl_table_full7")
 
 
 def test_float64_experiments_change_only_the_dtype():

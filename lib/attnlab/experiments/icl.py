@@ -1134,9 +1134,9 @@ icl_table_full7 = _table_cells(
 )
 
 # Models of the table again, with their weights, so that the table's own models can be evaluated
-# on other prompts (icl_eval_sets): DIAG with 1-3 layers as in icl_table_rates and FULL with 1 and
-# 3 as in icl_table_long, bit for bit (each with the shallower models its re-run rule compares
-# with, run as the same two parts).
+# on other prompts (icl_eval_sets): DIAG with 1-3 layers as in icl_table_rates, FULL with 1 and 3
+# as in icl_table_long and FULL with 7 as in icl_table_full7, bit for bit (each with the shallower
+# models its re-run rule compares with, run as the same two parts).
 icl_table_diag3 = _table_cells(
     "icl_table_diag3",
     {"diag": [1, 2, 3]},
@@ -1149,6 +1149,13 @@ icl_table_full3 = _table_cells(
     {"full": [1, 3]},
     "FULL with 1 and 3 layers of the CPU table (as in icl_table_long), with their weights (chapter 4)",
     {"full": [1, 3]},
+    keep_weights=True,
+)
+icl_table_full7_weights = _table_cells(
+    "icl_table_full7_weights",
+    {"full": [7]},
+    "7-layer FULL of the CPU table (as in icl_table_full7), with its weights for icl_eval_sets",
+    {"full": [7]},
     keep_weights=True,
 )
 
