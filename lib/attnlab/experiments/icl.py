@@ -12,8 +12,9 @@
 - ``icl_decay``: the reviewers' "other variants" question: linear attention whose keys decay with
   their distance from the query (RetNet-like), with the decay learned or fixed.
 - ``icl_eval_sets``: stored trained models (``icl_trained_models`` and the table's 3-layer DIAG
-  and FULL, ``icl_table_diag3`` and ``icl_table_full3``) on the table's evaluation prompts and on
-  fresh sets of as many: how much of a cell's mean is the draw of its prompts.
+  and FULL and 7-layer FULL, ``icl_table_diag3``, ``icl_table_full3`` and
+  ``icl_table_full7_weights``) on the table's evaluation prompts and on fresh sets of as many: how
+  much of a cell's mean is the draw of its prompts.
 
 Noise distributions are the strings of :class:`attnlab.tasks.icl_regression.Noise` (``"uniform:3"``,
 ``"categorical:1,3"``). The paper scale trains 200k Adam steps at batch 2048 per model on an H100;
@@ -1227,7 +1228,8 @@ def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) 
 # How much a trained model's mean adjusted loss depends on the draw of its 100,000 evaluation
 # prompts: stored models, evaluated on the table's prompts (eval_seed 123) and on n_sets fresh sets
 # of as many (chapter 04). The sources: the models of icl_trained_models (the CPU recipe at the
-# pilot's rates) and the table's own 3-layer DIAG and FULL models (icl_table_diag3, icl_table_full3).
+# pilot's rates) and the table's own 3-layer DIAG and FULL models and 7-layer FULL models
+# (icl_table_diag3, icl_table_full3, icl_table_full7_weights).
 _EVAL_SETS_CPU = {
     "sources": {
         "icl_trained_models": {
@@ -1237,6 +1239,7 @@ _EVAL_SETS_CPU = {
         },
         "icl_table_diag3": {"models": {"diag": [3]}, "noise": TABLE1_NOISE, "seeds": [0, 1, 2, 3, 4]},
         "icl_table_full3": {"models": {"full": [3]}, "noise": TABLE1_NOISE, "seeds": [0, 1, 2, 3, 4]},
+        "icl_table_full7_weights": {"models": {"full": [7]}, "noise": TABLE1_NOISE, "seeds": [0, 1, 2, 3, 4]},
     },
     "source_scale": "cpu",
     "n_eval": 100_000,
