@@ -323,7 +323,7 @@ def test_table_weights_runs_are_the_tables_recipe(name, param, depths):
 
 
 def test_table_full7_weights_are_the_tables_models():
-    """icl_table_full7_weights (not yet in a chapter) trained icl_table_full7's models bit for bit."""
+    """icl_table_full7_weights trained icl_table_full7's models bit for bit (chapter 4 checks it too)."""
     key = ("param", "n_layers", "noise", "seed")
 
     def losses(name):
@@ -349,6 +349,9 @@ def test_float64_experiments_change_only_the_dtype():
     assert all(f7[k] == table[k] for k in same if k not in ("lr", "lr_schedule"))
     assert f7["depths"] == {"full": [7]} and f7["reruns"] == 0
     assert f7["arms"] == {"float64": {"dtype": "float64"}}
+    t7 = ex.get("icl_table_diag7_float64").config("cpu")  # the table's 7-layer DIAG in float64
+    assert t7["depths"] == {"diag": [7]} and t7["dtype"] == "float64"
+    assert {k for k in table if table[k] != t7[k]} == {"params", "depths", "dtype"}
     for dtype in ("float32", "float64"):  # the dtype reaches the trainer
         config = {**ex.get("icl_diag7_float64").config("book"), "dtype": dtype, "steps": 3}
         res = icl._train_once(config, "cpu", ["diag"], {"diag": [2]}, ["uniform:3"], 1e-3)
