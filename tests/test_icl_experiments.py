@@ -1,5 +1,7 @@
 """Smoke tests of the Part III experiments (tiny configurations) and of merging split runs."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -619,3 +621,48 @@ def test_every_icl_experiment_has_depths_and_per_model_settings_for_each_of_its_
                         for key in ("lr", "steps", "lr_schedule", "dtype"):
                             if key in cfg:
                                 icl.per_model(cfg[key], param, L)  # a KeyError names the gap
+
+
+def test_the_committed_cpu_table_is_its_runs_spliced(tmp_path):
+    # the table's recorded commands are table_commands', and splicing the committed runs as
+    # CPU_TABLE_RUNS says gives the committed table byte for byte
+    results = Path(icl.__file__).parents[1] / "results"
+    committed = ex.load_result("icl_mixed_noise", "cpu")
+    assert sum(icl.table_commands(), []) == committed.meta["commands"]
+    runs = icl.CPU_TABLE_RUNS
+    names = [runs["base"], *runs["replacements"], *runs["lr_sweep"]]
+    path = icl.splice_table(dict.fromkeys(names, results), tmp_path)
+    assert path.read_bytes() == (results / "icl_mixed_noise-cpu.csv").read_bytes()
+    assert path.with_suffix(".json").read_bytes() == (results / "icl_mixed_noise-cpu.json").read_bytes()
+    with pytest.raises(ValueError, match=r"missing \['icl_full7_sweep'\]"):
+        icl.splice_table(dict.fromkeys(names[:-1], results), tmp_path)
+    with pytest.raises(ValueError, match="parts must be"):
+        icl.table_commands(parts=0)
+
+
+def test_reproduce_table_runs_merges_and_splices(tmp_path):
+    # the book scale: icl_table_6k in two seed splits, one model of icl_table_long replacing the base's
+    runs = {
+        "base": "icl_table_6k",
+        "replacements": {"icl_table_long": [("diag", 2)]},
+        "lr_sweep": [],
+        "seed_splits": {"icl_table_6k": [{"n_seeds": 1}, {"seed_start": 1, "n_seeds": 1}]},
+    }
+    commands = icl.table_commands(runs, scale="book", parts=1)
+    assert commands[1] == [
+        "python -m attnlab.experiments run icl_table_6k --scale book --set part=0/1 --set seed_start=1 "
+        "--set n_seeds=1 --no-cache"
+    ]
+    recipe = ex.get("icl_table_6k").config("book")
+    path = icl.reproduce_table(
+        tmp_path / "table", tmp_path / "work", runs, scale="book", parts=1, recipe=recipe
+    )
+    out = ex.load_result("icl_mixed_noise", "book", directory=path.parent)
+    assert out.meta["commands"] == sum(commands, [])
+    table = {(r["param"], r["n_layers"], r["seed"]): r for r in out.rows if r["kind"] == "table"}
+    assert sorted(table) == [("diag", 1, 0), ("diag", 1, 1), ("diag", 2, 0), ("full", 1, 0), ("full", 1, 1)]
+    long = ex.load_result("icl_table_long", "book", directory=tmp_path / "work" / "icl_table_long-0")
+    (want,) = [r for r in long.rows if r["kind"] == "table" and r["n_layers"] == 2]
+    assert table[("diag", 2, 0)]["adjusted"] == want["adjusted"]
+    second = ex.load_result("icl_table_6k", "book", directory=tmp_path / "work" / "icl_table_6k-1")
+    assert {r["seed"] for r in second.rows if r["kind"] == "table"} == {1}

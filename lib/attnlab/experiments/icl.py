@@ -31,7 +31,11 @@ steps and the pilot's rates (``icl_table_6k``) with the runs of the longer model
 (``icl_table_long``, ``icl_table_full7``) and of the models whose rate the sweep changed
 (``icl_table_rates``), and records the sweeps (``icl_lr_sweep``, ``icl_full7_sweep``,
 :func:`lr_choice`); each run as ``--set part=0/2`` and ``1/2`` side by side on two cores and
-merged with :func:`merge_parts`.
+merged with :func:`merge_parts`. :func:`reproduce_table` makes it again that way
+(``CPU_TABLE_RUNS``, :func:`table_commands`, :func:`splice_table`); ``icl_mixed_noise --scale
+cpu`` alone would not give the same table, since its re-run rule compares each model with all the
+shallower ones of the final recipe (7-layer FULL ran alone, 7-layer DIAG and GD++ beside the
+pilot's shallower models).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from attnlab.experiments import experiment
 from attnlab.models import DecayedLinearTransformer, LinearTransformer
 from attnlab.tasks.icl_regression import MixedNoiseRegression, Noise
 from attnlab.train import train
+from attnlab.validation import check_int
 
 TABLE1_NOISE = [f"uniform:{s}" for s in range(8)] + ["categorical:1,3", "categorical:1,3,5"]
 
@@ -1173,6 +1178,90 @@ icl_table_full7_weights = _table_cells(
     {"full": [7]},
     keep_weights=True,
 )
+
+# How the committed CPU table (icl_mixed_noise-cpu) was made, for reproduce_table: each run of
+# the recipe as two processes side by side (--set part=0/2 and 1/2) joined by merge_parts,
+# icl_table_6k as two such runs one after the other (seeds 0-2, then 3 and 4), and splice joining
+# the runs: the base's models except those a replacement run gives, the rates of the sweeps.
+CPU_TABLE_RUNS = {
+    "base": "icl_table_6k",
+    "replacements": {
+        "icl_table_long": [("diag", 5), ("full", 3), ("full", 4)],
+        "icl_table_rates": [("diag", 3), ("diag", 4), ("gdpp", 3), ("gdpp", 4), ("gdpp", 5)],
+        "icl_table_full7": [("full", 7)],
+    },
+    "lr_sweep": ["icl_lr_sweep", "icl_full7_sweep"],
+    "seed_splits": {"icl_table_6k": [{"n_seeds": 3}, {"seed_start": 3, "n_seeds": 2}]},
+}
+
+
+def table_commands(runs: dict = CPU_TABLE_RUNS, scale: str = "cpu", parts: int = 2) -> list[list[str]]:
+    """The command lines of the runs that make the table ``runs`` describes (``CPU_TABLE_RUNS``),
+    in order: one list per batch of ``parts`` processes run side by side, as a result records them.
+    """
+    parts = check_int("parts", parts, minimum=1)
+    names = [runs["base"], *runs["replacements"], *runs["lr_sweep"]]
+    batches = []
+    for name in names:
+        for sets in runs["seed_splits"].get(name, [{}]):
+            extra = "".join(f" --set {key}={value}" for key, value in sets.items())
+            run = f"python -m attnlab.experiments run {name} --scale {scale}"
+            batches.append([f"{run} --set part={k}/{parts}{extra} --no-cache" for k in range(parts)])
+    return batches
+
+
+def splice_table(folders: dict, out, runs: dict = CPU_TABLE_RUNS, scale: str = "cpu", recipe=None):
+    """:func:`splice` the runs of ``runs`` (``CPU_TABLE_RUNS``) from ``folders``, ``{run name:
+    folder}`` of their merged results, into the table at ``out`` (``recipe`` as in
+    :func:`splice`). Returns the path of its CSV."""
+    names = [runs["base"], *runs["replacements"], *runs["lr_sweep"]]
+    if missing := [n for n in names if n not in folders]:
+        raise ValueError(f"folders must have a folder for each of {names}; missing {missing}")
+    return splice(
+        (runs["base"], folders[runs["base"]]),
+        [(name, folders[name], models) for name, models in runs["replacements"].items()],
+        out,
+        scale=scale,
+        recipe=recipe,
+        lr_sweep=[(name, folders[name]) for name in runs["lr_sweep"]] or None,
+    )
+
+
+def reproduce_table(
+    out, workdir, runs: dict = CPU_TABLE_RUNS, scale: str = "cpu", parts: int = 2, recipe=None
+):
+    """Make the table again from scratch as the committed one was made: run the commands of
+    :func:`table_commands` (each batch as ``parts`` processes side by side, results in
+    ``workdir``), merge each run's parts with :func:`merge_parts`, and :func:`splice_table` them
+    into ``out`` (``recipe`` as in :func:`splice`). At the CPU scale this takes hours (the
+    committed run's wall time is in its JSON). Returns the path of the table's CSV.
+    """
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    workdir = Path(workdir)
+    folders, batches = {}, iter(table_commands(runs, scale, parts))
+    for name in [runs["base"], *runs["replacements"], *runs["lr_sweep"]]:
+        merged = []
+        for j in range(len(runs["seed_splits"].get(name, [{}]))):
+            dirs = [workdir / f"{name}-{j}-part{k}" for k in range(parts)]
+            procs = [
+                subprocess.Popen([sys.executable, *shlex.split(cmd)[1:], "--out", str(d)])
+                for cmd, d in zip(next(batches), dirs, strict=True)
+            ]
+            if failed := [p.args for p in procs if p.wait() != 0]:
+                raise RuntimeError(f"these runs failed: {failed}")
+            merged.append(
+                merge_parts(dirs, workdir / f"{name}-{j}", name=name, scale=scale, parallel=True).parent
+            )
+        folders[name] = (
+            merged[0]
+            if len(merged) == 1
+            else merge_parts(merged, workdir / name, name=name, scale=scale).parent
+        )
+    return splice_table(folders, out, runs, scale, recipe)
 
 
 # ------------------------------------------------------------------------------------------------
