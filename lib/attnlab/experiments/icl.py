@@ -33,9 +33,9 @@ steps and the pilot's rates (``icl_table_6k``) with the runs of the longer model
 :func:`lr_choice`); each run as ``--set part=0/2`` and ``1/2`` side by side on two cores and
 merged with :func:`merge_parts`. :func:`reproduce_table` makes it again that way
 (``CPU_TABLE_RUNS``, :func:`table_commands`, :func:`splice_table`); ``icl_mixed_noise --scale
-cpu`` alone would not give the same table, since its re-run rule compares each model with all the
-shallower ones of the final recipe (7-layer FULL ran alone, 7-layer DIAG and GD++ beside the
-pilot's shallower models).
+cpu`` alone need not give the same table: its re-run rule compares each model with all the
+shallower ones of the final recipe, while 7-layer FULL ran alone, 5-layer DIAG beside 4-layer DIAG
+at the pilot's rate, and 7-layer DIAG and GD++ beside the pilot's shallower models.
 """
 
 from __future__ import annotations
