@@ -666,3 +666,16 @@ def test_reproduce_table_runs_merges_and_splices(tmp_path):
     assert table[("diag", 2, 0)]["adjusted"] == want["adjusted"]
     second = ex.load_result("icl_table_6k", "book", directory=tmp_path / "work" / "icl_table_6k-1")
     assert {r["seed"] for r in second.rows if r["kind"] == "table"} == {1}
+
+
+def test_table_6k_again_is_icl_table_6k_with_only_the_models_the_table_keeps_and_their_company():
+    again, base = ex.get("icl_table_6k_again").config("cpu"), ex.get("icl_table_6k").config("cpu")
+    assert {k for k in base if base[k] != again[k]} == {"depths"}
+    kept_from_base = {(p, L) for p, Ls in base["depths"].items() for L in Ls} - {
+        m for ms in icl.CPU_TABLE_RUNS["replacements"].values() for m in ms
+    }
+    trained = {(p, L) for p, Ls in again["depths"].items() for L in Ls}
+    assert kept_from_base <= trained
+    # with every shallower model the re-run rule compared them with in icl_table_6k
+    for p, L in kept_from_base:
+        assert [d for d in base["depths"][p] if d < L] == [d for d in again["depths"][p] if d < L]
