@@ -166,7 +166,13 @@ def test_optional_cpu_scale_with_meta(tmp_path):
         assert ex.get("toy_cpu").scales == ("book", "paper", "cpu")
         result = ex.run("toy_cpu", "cpu")
         assert result.rows == [{"n": 2}] and result.meta["note"] == "rows and meta"
-        assert set(result.meta["timing"]) == {"wall_s", "cpu_s", "torch_threads"}
+        timing = result.meta["timing"]
+        assert set(timing) == {"wall_s", "cpu_s", "torch_threads", "machine", "library"}
+        assert timing["library"] == _core.library_fingerprint()  # what the last bits depend on
+        assert (
+            set(timing["machine"]) == {"cpu", "cpu_flags", "torch"}
+            and len(timing["machine"]["cpu_flags"]) == 16
+        )
         assert ex.run("toy_cpu", "cpu").meta == result.meta, "a cached result keeps its timing"
         path = ex.write_result(result, tmp_path)
         meta = json.loads(path.with_suffix(".json").read_text())

@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import pkgutil
+import platform
 import shlex
 import sys
 import time
@@ -160,8 +161,26 @@ def _execute(name: str, config: dict, device: str, version: str, code: str) -> t
         "wall_s": round(time.perf_counter() - wall, 1),
         "cpu_s": round(time.process_time() - cpu, 1),
         "torch_threads": torch.get_num_threads(),
+        "machine": _machine(),
+        "library": code,
     }
     return rows, {**dict(meta), "timing": timing}
+
+
+def _machine() -> dict:
+    """What a run's last bits depend on besides the library: the CPU (compiled kernels are built
+    for its instruction set; ``cpu_flags`` is a hash of its flags) and torch's version."""
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        info = []
+    model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    flags = next((line for line in info if line.startswith("flags")), "")
+    return {
+        "cpu": model or platform.processor(),
+        "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
+        "torch": torch.__version__,
+    }
 
 
 def library_fingerprint() -> str:
