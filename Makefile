@@ -46,7 +46,7 @@ test: $(STAMP)
 	@echo "make test: all checks passed"
 
 # ruff on the library and, through notebooks converted into a scratch folder, on the chapters' code
-# at the width of the text column (88). `make normalize` formats the chapters' code cells.
+# at the width of the text column (76). `make normalize` formats the chapters' code cells.
 LINTDIR := _build/lint
 lint: $(STAMP)
 	$(BIN)/ruff check lib tests benchmarks

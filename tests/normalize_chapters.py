@@ -41,7 +41,7 @@ CHAPTERS_NORMALISED = True
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 #: The chapters' code width: what fits the text column of the web book and of the PDF.
-LINE_LENGTH = 88
+LINE_LENGTH = 76
 
 _LINE_BREAK = re.compile(r"(?<!\n)\n(?!\n)")
 
