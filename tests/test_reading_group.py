@@ -19,7 +19,7 @@ import pytest
 from convert_chapters import BOOK
 
 from attnlab.experiments import run
-from attnlab.reading import WORDS_PER_MINUTE, minutes, sections, subsections, words
+from attnlab.reading import WORDS_PER_MINUTE, book_dir, minutes, sections, subsections, words
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
 from attnlab.theory import phase_transition as se
@@ -116,6 +116,12 @@ def test_words_leave_out_optional_sections_and_refuse_unknown_ones(tmp_path):
     with pytest.raises(ValueError, match="exactly once"):
         words(path, ["Two"])
     assert minutes(WORDS_PER_MINUTE * 2) == 2
+
+
+def test_book_dir_is_found_from_inside_the_repository_only(tmp_path):
+    assert book_dir(BOOK / "linear-nn") == BOOK
+    with pytest.raises(ValueError, match="start"):
+        book_dir(tmp_path)
 
 
 def _guide_plan(monkeypatch) -> dict:

@@ -7,6 +7,9 @@ guide's optional sections), and refuses a name that is not a heading of the chap
 renamed section cannot silently drop out of the count::
 
     words("book/linear-nn/gradient-flow.md", optional=["Exponential convergence"])
+
+A chapter finds its own source with :func:`book_dir`, from the folder it runs in (``book/...``
+in the build, a converted copy inside the repository under nbval).
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ WORDS_PER_MINUTE = 150
 
 _HEADING = re.compile(r"^(#{2,6})\s+(.*?)\s*$")
 _FENCE = re.compile(r"^(`{3,}|~{3,})")
+
+
+def book_dir(start=None) -> Path:
+    """The ``book/`` folder of the repository that holds ``start`` (default: the working folder).
+
+    The repository is the nearest folder, ``start`` or above, with a ``_toc.yml``; raises
+    ``ValueError`` if there is none.
+    """
+    here = Path.cwd() if start is None else Path(start)
+    here = here.resolve()
+    root = next((p for p in (here, *here.parents) if (p / "_toc.yml").is_file()), None)
+    if root is None:
+        raise ValueError(f"start must be inside the book's repository (a folder with _toc.yml), got {here}")
+    return root / "book"
 
 
 def sections(text: str) -> list[tuple[str, int, int, int]]:
