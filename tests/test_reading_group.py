@@ -216,6 +216,25 @@ def test_session3_own_task_matrix(monkeypatch):
     assert np.array_equal(M, np.eye(6) - np.roll(np.eye(6), 1, axis=1))
 
 
+def test_session3_fewer_samples(monkeypatch, capsys):
+    ns = run_chapter(
+        "phase-transition/01-model",
+        "for name, init in [",
+        {"d_s, alpha, lam, lr = 50, 2.0, 0.01, 0.15": "d_s, alpha, lam, lr = 50, 0.5, 0.01, 0.15"},
+        monkeypatch,
+    )
+    assert ns["alpha"] == 0.5
+    found = re.findall(
+        r"(\w+) start: eps_t = ([\d.]+), m = ([+-][\d.]+), theta/sigma\^2 = ([+-][\d.]+)",
+        capsys.readouterr().out,
+    )
+    end = {name: tuple(abs(float(v)) for v in rest) for name, *rest in found}
+    assert set(end) == {"positional", "semantic"}
+    (e_pos, m_pos, th_pos), (e_sem, m_sem, th_sem) = end["positional"], end["semantic"]
+    assert e_pos < e_sem  # the positional start reaches the lower training loss
+    assert m_pos > m_sem and th_sem > th_pos  # and the two still end far apart
+
+
 def test_session4_quadrature_nodes():
     assert_in_chapter("phase-transition/02-high-dim-limit", "for n in (8, 12, 16, 20):")
     c = se.solve(2.0, 0.3, "positional")
@@ -225,6 +244,14 @@ def test_session4_quadrature_nodes():
     }
     assert change[40] < 1e-3 / 5  # far inside the chapter's 0.1 % tolerance
     assert change[4] > 5e-3  # outside it
+
+
+def test_session6_noisier_tokens():
+    call = "se.alpha_c(0.3, sigma=0.7, n_nodes=8, xtol=1e-2)"
+    assert call in (BOOK / "phase-transition" / "04-phase-diagram.md").read_text()
+    a7 = se.alpha_c(0.3, sigma=0.7, n_nodes=8, xtol=1e-2)
+    a5 = se.alpha_c(0.3, sigma=0.5, n_nodes=8, xtol=1e-2)
+    assert a7 < a5  # the transition comes earlier
 
 
 @pytest.mark.parametrize("eta", [0.05, 0.1])
