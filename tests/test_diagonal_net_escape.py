@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
@@ -45,3 +46,36 @@ def test_sign_rule_is_exact_for_the_linearised_flow_and_right_on_l_tf_from_small
         assert np.sign(y[0]) == dn.sign_rule(Q0, v0, M, S)[k]
     _, v_inf = dn.limit_point(Q0, v0, M, S=S)
     assert np.array_equal(np.sign(v_inf), dn.sign_rule(Q0, v0, M, S))
+
+
+def test_sign_df_is_the_sign_gradient_flow_on_l_df_ends_with_in_300_random_columns():
+    rng = np.random.default_rng(3)
+    agree = disagree_small_start_rule = 0
+    for _ in range(50):  # 50 starts x 6 columns, generic M, O(1) unbalanced scales
+        M = rng.standard_normal((6, 6))
+        scale = rng.choice([0.3, 0.7, 1.2])
+        Q0, v0 = scale * rng.standard_normal((6, 6)), scale * rng.standard_normal(6)
+        Qt, vt = dn.gradient_flow(Q0, v0, M, np.array([0.0, 300.0]), rtol=1e-8, atol=1e-10)
+        err = np.linalg.norm(Qt[-1] * vt[-1] - M, axis=0)
+        assert np.all(err < 0.5 * np.linalg.norm(M, axis=0))  # thm-exp-df: no sign change after
+        agree += int(np.sum(np.sign(vt[-1]) == dn.sign_df(Q0, v0, M)))
+        disagree_small_start_rule += int(np.sum(np.sign(vt[-1]) != dn.sign_rule(Q0, v0, M)))
+    assert agree == 300
+    assert disagree_small_start_rule > 0  # the small-start rule is not exact at O(1) scales
+
+
+def test_sign_df_reduces_to_r_on_aligned_starts_and_to_the_sign_rule_from_small_starts():
+    rng = np.random.default_rng(4)
+    M = th.class_matrix([0, 1, 1, 2])
+    a0, v0 = rng.standard_normal(d), 1.5 * rng.standard_normal(d)
+    Q0 = M / np.linalg.norm(M, axis=0) * a0
+    assert np.array_equal(dn.sign_df(Q0, v0, M), np.sign(a0 + v0))
+    Q0, v0 = 1e-4 * rng.standard_normal((d, d)), 1e-4 * rng.standard_normal(d)
+    assert np.array_equal(dn.sign_df(Q0, v0, M), dn.sign_rule(Q0, v0, M))
+    # a zero projection on the top eigenvector: the stable manifold of the saddle
+    q, v = np.array([0.4, 0.0, 0.0, 0.0]), -0.4  # m = e_0, delta = 0, gamma = 2
+    Q1, v1 = np.eye(d), np.ones(d)
+    Q1[:, 0], v1[0] = q, v
+    assert dn.sign_df(Q1, v1, np.eye(d))[0] == 0
+    with pytest.raises(ValueError, match="saddle"):
+        dn.limit_point(Q1, v1, np.eye(d))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
 
 d = 4
@@ -26,6 +27,21 @@ def test_limit_point_for_a_zero_column_and_checker():
         dn.verify_limit_point(Q0, v0, Q0, v0, M)
     with pytest.raises(AssertionError, match="delta"):
         dn.verify_limit_point(np.diag(1 / np.array([1.0, 1, 1])) @ M, np.ones(3), Q0, v0, M)
+
+
+def test_limit_point_from_aligned_starts_takes_the_sign_of_r():
+    # q_k = a_k m_hat_k; r_k = a_k + v_k and a_k - v_k have opposite signs in every column
+    M = th.class_matrix([0, 1, 1, 2])  # ||m_k|| = 1, sqrt 2, sqrt 2, 1
+    a0, v0 = np.array([0.8, -0.8, 0.3, -0.3]), np.array([-0.5, 0.5, 0.9, -0.9])
+    Q0 = M / np.linalg.norm(M, axis=0) * a0
+    signs = np.array([1.0, -1.0, 1.0, -1.0])  # sign(a0 + v0), by hand
+    dk = v0**2 - a0**2
+    v_hand = signs * np.sqrt((dk + np.sqrt(dk**2 + 4 * np.array([1.0, 2, 2, 1]))) / 2)
+    Q_inf, v_inf = dn.limit_point(Q0, v0, M)
+    assert np.abs(v_inf - v_hand).max() < 1e-12
+    assert np.abs(Q_inf - M / v_hand).max() < 1e-12
+    _, vt = dn.gradient_flow(Q0, v0, M, np.array([0.0, 60.0]))
+    assert np.abs(vt[-1] - v_hand).max() < 1e-6
 
 
 @pytest.mark.parametrize(

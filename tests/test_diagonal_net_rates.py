@@ -42,6 +42,25 @@ def test_exponential_bounds_hold_along_trajectories():
     assert np.all(L[i:] <= B * (1 + 1e-8) + 1e-20)
 
 
+def test_bound_rate_tf_by_hand_where_its_error_radius_is_tight():
+    # Delta = eps e_a u^T with u the bottom eigenvector of S_a, a the row with the smallest
+    # eigenvalue lambda: then l_tf = lambda/2 ||Delta||^2, so sqrt(2 l_tf / lambda) = eps exactly
+    M = th.task_matrix("histogram+next_letter", d)
+    S = th.count_moments(N, d)
+    w, U = np.linalg.eigh(S)  # [d, d], [d, d, d]
+    a = int(np.argmin(w[:, 0]))
+    lam, eps = w[a, 0], 0.3
+    Delta = np.zeros((d, d))
+    Delta[a] = eps * U[a][:, 0]
+    v = np.array([1.3, -0.7, 0.9, 1.6])
+    Q = (M + Delta) / v
+    assert abs(0.5 * Delta[a] @ S[a] @ Delta[a] - lam / 2 * eps**2) < 1e-12
+    rho = np.linalg.norm(M, axis=0) - eps
+    dk = v**2 - np.sum(Q**2, axis=0)
+    mu = np.min((dk + np.sqrt(dk**2 + 4 * rho**2)) / 2)
+    assert abs(dn.bound_rate_tf(Q, v, M, S) - lam * mu) < 1e-12 * lam * mu
+
+
 @pytest.mark.parametrize("with_S", [False, True])
 def test_hessian_matches_finite_differences_of_the_gradient(with_S):
     M = th.task_matrix("histogram+next_letter", d)

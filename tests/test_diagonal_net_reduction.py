@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.experiments.histogram import sequence_loss
 from attnlab.models import LinearSelfAttention
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
@@ -43,6 +44,26 @@ def test_l_tf_is_the_exact_population_loss_of_the_attention_layer(task):
     with torch.no_grad():
         exact = 0.5 * ((model(X) - th.targets(X, M)) ** 2).sum(-1).mean().item()
     assert abs(dn.l_tf(Q, v, M, 4) - exact) < 1e-10 * max(1.0, exact)
+
+
+def test_sequence_loss_over_every_sequence_is_l_tf_and_a_loop_by_hand():
+    # generic O(1) unbalanced point and a generic task matrix; d = 3, N = 4: all 81 sequences
+    rng = np.random.default_rng(7)
+    dd, NN = 3, 4
+    M = rng.standard_normal((dd, dd))
+    W, v = rng.standard_normal((dd, dd)), 1.5 * rng.standard_normal(dd) + 0.5
+    assert np.abs(dn.delta(W, v)).min() > 0.1  # unbalanced
+    tokens = list(itertools.product(range(dd), repeat=NN))
+    by_hand = 0.0  # 1/2 sum_i (f_i - y_i)^2, f_i = sum_j W[x_i, x_j] v[x_j], y_i = sum_j M[x_i, x_j]
+    for x in tokens:
+        by_hand += 0.5 * sum(sum(W[xi, xj] * v[xj] - M[xi, xj] for xj in x) ** 2 for xi in x)
+    by_hand /= len(tokens)
+    X = th.one_hot(torch.tensor(tokens), dd)
+    model = LinearSelfAttention(dd, W0=W, v0=v)
+    with torch.no_grad():
+        sample = float(sequence_loss(model, X, th.targets(X, M)))
+    assert abs(sample - by_hand) < 1e-12 * by_hand
+    assert abs(float(dn.l_tf(W, v, M, NN)) - by_hand) < 1e-12 * by_hand
 
 
 def test_gradients_match_finite_differences():

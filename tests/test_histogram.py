@@ -177,6 +177,19 @@ def test_part1_experiments_are_registered_and_run():
     assert res.column("step").tolist() == [0, 2, 4] and np.all(np.isfinite(res.column("loss")))
 
 
+def test_hist_saddle_and_hist_overshoot_at_small_settings():
+    from attnlab import experiments
+
+    res = experiments.run("hist_saddle", overrides={"d": 3, "eps": [0.0, 1e-3, 1e-6]}, cache=False)
+    assert res.column("moved")[0] == 0.0 and res.column("loss_end")[0] == 0.5  # the saddle stays
+    T = res.column("T")
+    assert np.isnan(T[0]) and T[2] > T[1] and res.column("loss_end")[2] < 1e-10
+    res = experiments.run("hist_overshoot", overrides={"d": 3, "N": 5, "n_seeds": 1, "n_t": 51}, cache=False)
+    seed = res.column("seed")
+    assert sorted(set(seed.tolist())) == [-1, 0] and np.all(np.isnan(res.column("mean_df")[seed == -1]))
+    assert res.column("mean_tf")[seed == 0][0] < 1e-6  # from sigma = 1e-4 the mean mode starts near 0
+
+
 def test_train_sgd_bad_attention():
     from attnlab.experiments.histogram import train_sgd
 

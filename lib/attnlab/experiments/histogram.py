@@ -5,6 +5,10 @@
   (chapters 1 and 4).
 * ``hist_plateau``: the length of the small-initialisation plateau of gradient flow on ``l_df``
   against the initialisation scale, over several random directions (chapter 3).
+* ``hist_saddle``: gradient flow on ``l_df`` from the saddle ``v_0 = 0``, ``q_0 perp m_0`` and
+  from perturbations of it (the lab notes of Part I).
+* ``hist_overshoot``: the mean mode ``1^T P 1 / d`` along gradient flow on ``l_tf`` and on its
+  isotropic surrogate ``c l_df`` from small starts (the lab notes of Part I).
 
 The paper's own experimental settings are not public; "paper" scale is our larger setting
 (an alphabet of 26 letters, longer sequences, more scales and seeds).
@@ -19,9 +23,18 @@ from attnlab.models import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
 from attnlab.train import train
-from attnlab.validation import check_choice, check_int, check_positive
+from attnlab.validation import check_choice, check_int, check_positive, check_real
 
-__all__ = ["sequence_loss", "train_sgd", "hist_sgd", "hist_plateau", "plateau_sweep", "rate_sweep"]
+__all__ = [
+    "sequence_loss",
+    "train_sgd",
+    "hist_sgd",
+    "hist_plateau",
+    "hist_overshoot",
+    "hist_saddle",
+    "plateau_sweep",
+    "rate_sweep",
+]
 
 
 def sequence_loss(model, X, y):
@@ -137,6 +150,78 @@ def hist_plateau(config: dict, device: str) -> list[dict]:
     return plateau_sweep(**config)
 
 
+@experiment(
+    "hist_overshoot",
+    book=dict(d=6, N=10, scale=1e-4, n_seeds=3, t_max=2.0, n_t=401),
+    paper=dict(d=6, N=10, scale=1e-4, n_seeds=20, t_max=2.0, n_t=201),
+    description="Part I: the mean mode of P along l_tf and c l_df from small starts (lab notes)",
+)
+def hist_overshoot(config: dict, device: str) -> list[dict]:
+    """The escape of ``l_tf`` from ``scale`` times a random direction (seeds ``0..n_seeds-1``) and
+    from the symmetric start ``q_k = scale c_hat_k``, ``v_k = scale`` (seed ``-1``), histogram task.
+
+    Each row is one time: the mean mode ``1^T P 1 / d`` and the mean diagonal entry of
+    ``P = Q Diag(v)`` along ``l_tf``, and the mean mode along ``c l_df`` (``c`` the isotropic
+    constant; ``NaN`` for the symmetric start).
+    """
+    d, N = check_int("d", config["d"], minimum=2), check_int("N", config["N"], minimum=2)
+    scale = check_positive("scale", config["scale"])
+    n_seeds = check_int("n_seeds", config["n_seeds"], minimum=1)
+    t = np.linspace(0.0, check_positive("t_max", config["t_max"]), check_int("n_t", config["n_t"], minimum=2))
+    M, S = th.histogram_matrix(d), th.count_moments(N, d)
+    c_iso = dn.isotropic_constant(S)
+    C_hat = dn.escape_matrix(M, S) / dn.escape_rates(M, S)
+
+    def modes(Q, v):  # [T, d, d], [T, d] -> mean mode, mean diagonal entry
+        P = Q * v[:, None, :]
+        return P.sum(axis=(1, 2)) / d, np.einsum("tkk->t", P) / d
+
+    starts = [(-1, scale * C_hat, scale * np.ones(d))]
+    for seed in range(n_seeds):
+        rng = np.random.default_rng(seed)
+        starts.append((seed, scale * rng.standard_normal((d, d)), scale * rng.standard_normal(d)))
+    rows = []
+    for seed, Q0, v0 in starts:
+        mean_tf, diag_tf = modes(*dn.gradient_flow_tf(Q0, v0, M, t, S))
+        mean_df = modes(*dn.gradient_flow(Q0, v0, M, c_iso * t))[0] if seed >= 0 else np.full(t.size, np.nan)
+        rows += [
+            {"seed": seed, "t": float(ti), "mean_tf": float(a), "diag_tf": float(b), "mean_df": float(c)}
+            for ti, a, b, c in zip(t, mean_tf, diag_tf, mean_df, strict=True)
+        ]
+    return rows
+
+
+@experiment(
+    "hist_saddle",
+    book=dict(d=6, rho=0.5, eps=[0.0, 1e-4, 1e-6, 1e-8, 1e-10], t_stuck=50.0, t_end=60.0),
+    paper=dict(d=26, rho=0.5, eps=[0.0, 1e-4, 1e-6, 1e-8, 1e-10], t_stuck=50.0, t_end=60.0),
+    description="Part I: gradient flow on l_df from the saddle v_0 = 0, q_0 perp m_0 (lab notes)",
+)
+def hist_saddle(config: dict, device: str) -> list[dict]:
+    """Histogram task, every column at its minimum ``q_k = e_k``, ``v_k = 1`` except column 0:
+    ``q_0 = rho e_1`` (orthogonal to ``m_0 = e_0``) and ``v_0 = eps``.
+
+    Each row: ``eps``; ``moved``, the largest change of column 0 over ``[0, t_stuck]``;
+    ``loss_end``, ``l_df`` at ``t_end``; ``T``, the time the loss halves (``NaN`` for ``eps = 0``).
+    """
+    d = check_int("d", config["d"], minimum=2)
+    rho = check_positive("rho", config["rho"])
+    t_stuck, t_end = check_positive("t_stuck", config["t_stuck"]), check_positive("t_end", config["t_end"])
+    M = th.histogram_matrix(d)
+    rows = []
+    for eps in config["eps"]:
+        eps = check_real("eps", eps, minimum=0.0)
+        Q0, v0 = np.eye(d), np.ones(d)
+        Q0[:, 0], v0[0] = rho * np.eye(d)[1], eps
+        Qt, vt = dn.gradient_flow(Q0, v0, M, np.linspace(0.0, t_stuck, 6))
+        moved = max(np.abs(Qt[:, :, 0] - Q0[:, 0]).max(), np.abs(vt[:, 0] - eps).max())
+        Qe, ve = dn.gradient_flow(Q0, v0, M, np.array([0.0, t_end]))
+        T = dn.plateau_time(Q0, v0, M, fraction=0.5) if eps > 0 else float("nan")
+        loss_end = float(dn.l_df(Qe[-1], ve[-1], M))
+        rows.append({"eps": eps, "moved": float(moved), "loss_end": loss_end, "T": T})
+    return rows
+
+
 def _decay_rate(t, L, lo: float, hi: float) -> float:
     """Minus the slope of ``log L`` fitted where ``lo < L < hi`` (NaN if fewer than 5 points)."""
     sel = (L > lo) & (L < hi)
@@ -152,9 +237,10 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
     For each ``sigma`` the start is ``sigma * N(0, 1)`` entries (one draw from ``seed``), the task
     the histogram. ``l_df`` (``N=None``): predicted ``2 min_k v_k(inf)^2`` from the initial
     ``delta_k``; measured by fitting the decay of the slowest column's loss ``1/2 ||e_k||^2``
-    between 1e-16 and 1e-9. ``l_tf``: predicted from the Hessian at the limit point; measured on
-    the whole loss. The flow runs to ``horizon / predicted``. Each row also has the rate for the
-    mean ``delta_k = -(d - 1) sigma^2`` (``l_df`` only) and the time at which the loss first falls below 1e-8.
+    between 1e-16 and 1e-9 (``measured``) and of the whole loss (``measured_loss``). ``l_tf``:
+    predicted from the Hessian at the limit point; measured on the whole loss. The flow runs to
+    ``horizon / predicted``. Each row also has the rate for the mean ``delta_k = -(d - 1)
+    sigma^2`` (``l_df`` only) and the time at which the loss first falls below 1e-8.
 
     The ``l_df`` flow is integrated to ``FIT_RTOL``, ``FIT_ATOL``, tighter than the default: the fit
     reads one column's loss down to 1e-16. At the default (1e-11, 1e-13), d = 26, sigma = 0.3
@@ -188,6 +274,7 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
             Q, v = dn.gradient_flow_tf(Q0, v0, M, t, S)
             L = dn.l_tf(Q, v, M, S)
             measured = _decay_rate(t, L, 1e-16, 1e-9)
+        measured_loss = _decay_rate(t, L, 1e-16, 1e-9)
         below = np.flatnonzero(L < 1e-8)
         rows.append(
             {
@@ -196,6 +283,7 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
                 "sigma": sigma,
                 "predicted": predicted,
                 "measured": measured,
+                "measured_loss": measured_loss,
                 "mean_delta_rate": float(mean_delta + np.sqrt(mean_delta**2 + 4)) if S is None else np.nan,
                 "t_1e-8": float(t[below[0]]) if below.size else float("nan"),
             }

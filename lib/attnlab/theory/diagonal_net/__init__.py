@@ -40,7 +40,7 @@ from attnlab.theory.diagonal_net.closed_form import (
     riccati_z,
     rs_solution,
 )
-from attnlab.theory.diagonal_net.escape import escape_matrix, escape_rates, sign_rule
+from attnlab.theory.diagonal_net.escape import escape_matrix, escape_rates, sign_df, sign_rule
 from attnlab.theory.diagonal_net.flow import gradient_descent, gradient_flow, gradient_flow_tf, plateau_time
 from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point
 from attnlab.theory.diagonal_net.rates import (
@@ -87,6 +87,7 @@ __all__ = [
     "escape_matrix",
     "escape_rates",
     "sign_rule",
+    "sign_df",
     "hessian",
     "asymptotic_rate",
     "asymptotic_rate_df",

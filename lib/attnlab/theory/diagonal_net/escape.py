@@ -2,7 +2,8 @@
 
 From the flow linearised at the origin: column ``k`` grows along ``c_k = -dl/dp_k (P = 0)`` at
 rate ``||c_k||`` and ``v_k`` takes the sign of ``c_hat_k . q_k(0) + v_k(0)``
-(prop. ``prop-sign-rule``).
+(prop. ``prop-sign-rule``). For ``l_df`` the sign is also known exactly from any start
+(:func:`sign_df`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
 
-__all__ = ["escape_matrix", "escape_rates", "sign_rule"]
+__all__ = ["escape_matrix", "escape_rates", "sign_rule", "sign_df"]
 
 
 def escape_matrix(M, S=None) -> np.ndarray:
@@ -44,3 +45,22 @@ def sign_rule(Q0, v0, M, S=None) -> np.ndarray:
     norms = np.linalg.norm(C, axis=0)
     r = np.sum(Q0 * C, axis=0) / np.where(norms > 0, norms, 1.0) + v0
     return np.where(norms > 0, np.sign(r), 0.0)
+
+
+def sign_df(Q0, v0, M) -> np.ndarray:
+    """The exact signs of ``v_k(inf)`` under gradient flow on ``l_df``, from any start: ``[d]``.
+
+    By the closed form of a column (thm. ``thm-column``) the direction of ``theta = (v, q)`` turns
+    to the top eigenvector ``(2 ||m||, (gamma - delta) m_hat)`` of ``A`` (eigenvalue ``gamma/2``), so
+    ``sign v_k(inf) = sign(||m_k|| v_k(0) + (gamma_k - delta_k)/2 m_hat_k . q_k(0))`` with
+    ``gamma_k = sqrt(4 ||m_k||^2 + delta_k^2)``. From a small start (``delta_k -> 0``) this is
+    :func:`sign_rule`. A column with ``m_k = 0`` keeps the sign of ``v_k(0)``; a column whose
+    projection is exactly 0 (the stable manifold of a saddle) gets ``0``.
+    """
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    norms = np.linalg.norm(M, axis=0)
+    dk = v0**2 - np.sum(Q0**2, axis=0)
+    gamma = np.sqrt(4 * norms**2 + dk**2)
+    a0 = np.sum(Q0 * M, axis=0) / np.where(norms > 0, norms, 1.0)  # m_hat_k . q_k(0)
+    return np.where(norms > 0, np.sign(norms * v0 + 0.5 * (gamma - dk) * a0), np.sign(v0))

@@ -1,8 +1,8 @@
 """Where gradient flow of the diagonal network ends (chapter 3).
 
 The limit point ``v_k(inf)^2 = (delta_k + sqrt(delta_k^2 + 4 ||m_k||^2)) / 2``,
-``q_k(inf) = m_k / v_k(inf)`` (eq. ``eq-limit``), with the signs of ``v_k(inf)`` from the path,
-and the checker of the chapter's exercise on it.
+``q_k(inf) = m_k / v_k(inf)`` (eq. ``eq-limit``), with the signs of ``v_k(inf)`` in closed form
+(``l_df``) or from the path (``l_tf``), and the checker of the chapter's exercise on it.
 """
 
 from __future__ import annotations
@@ -10,38 +10,32 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
+from attnlab.theory.diagonal_net.escape import sign_df
 from attnlab.theory.diagonal_net.flow import ATOL, RTOL, integrate
-from attnlab.theory.diagonal_net.reduction import delta, grad_P_df, grad_P_tf, l_tf, moment_spectrum
+from attnlab.theory.diagonal_net.reduction import delta, grad_P_tf, l_tf, moment_spectrum
 from attnlab.validation import check_positive
 
 __all__ = ["limit_point", "verify_limit_point"]
 
 
-def _signs_from_flow(Q0, v0, M, S, t_max):
-    """Signs of ``v_k(inf)``: integrate until the loss is small enough that no ``v_k`` can cross
-    zero any more (the regime of thms. ``thm-exp-df``/``thm-exp-tf``: ``|v_k| ||q_k|| >= rho_k > 0``).
+def _signs_from_flow_tf(Q0, v0, M, S, t_max):
+    """Signs of ``v_k(inf)`` on ``l_tf``: integrate until the loss is small enough that no ``v_k``
+    can cross zero any more (the regime of thm. ``thm-exp-tf``: ``|v_k| ||q_k|| >= rho_k > 0``).
     """
     d = M.shape[0]
     norms = np.linalg.norm(M, axis=0)
     nz = norms > 0
-    if S is None:
-        grad_P = lambda Q, v: grad_P_df(Q, v, M)  # noqa: E731
+    lam = float(moment_spectrum(S)[:, 0].min())
 
-        def event(_, y):  # every column error below half its target norm
-            Q, v = y[: d * d].reshape(d, d), y[d * d :]
-            return np.max(np.linalg.norm(Q[:, nz] * v[nz] - M[:, nz], axis=0) / norms[nz]) - 0.5
-    else:
-        lam = float(moment_spectrum(S)[:, 0].min())
-        grad_P = lambda Q, v: grad_P_tf(Q, v, M, S)  # noqa: E731
-
-        def event(_, y):  # sqrt(2 l_tf / lambda) below half the smallest target norm
-            Q, v = y[: d * d].reshape(d, d), y[d * d :]
-            return np.sqrt(2 * float(l_tf(Q, v, M, S)) / lam) / norms[nz].min() - 0.5
+    def event(_, y):  # sqrt(2 l_tf / lambda) below half the smallest target norm
+        Q, v = y[: d * d].reshape(d, d), y[d * d :]
+        return np.sqrt(2 * float(l_tf(Q, v, M, S)) / lam) / norms[nz].min() - 0.5
 
     event.terminal = True
     event.direction = -1
     if event(0.0, np.concatenate([Q0.ravel(), v0])) < 0:
         return np.sign(v0)
+    grad_P = lambda Q, v: grad_P_tf(Q, v, M, S)  # noqa: E731
     sol = integrate(grad_P, Q0, v0, np.array([0.0, t_max]), RTOL, ATOL, events=event)
     if sol.t_events[0].size == 0:
         raise RuntimeError(f"gradient flow did not reach the convergent regime by t_max={t_max} (a saddle?)")
@@ -57,10 +51,11 @@ def limit_point(Q0, v0, M, *, S=None, t_max: float = 1e4):
     ``v_k -> sign(v_k) sqrt(max(delta_k, 0))``, ``||q_k|| -> sqrt(max(-delta_k, 0))``.
 
     The *magnitudes* follow from the conservation law alone, for ``l_df`` and for ``l_tf`` (same
-    minimisers, same ``delta_k``). The *sign* of ``v_k(inf)`` is the sign of ``r_k = q_k . m_hat_k
-    + v_k`` when every ``q_k`` is parallel to ``m_k`` (``r`` cannot change sign there). Otherwise it
-    depends on the path: the flow (on ``l_df``, or on ``l_tf`` if ``S`` is given) is integrated
-    until no ``v_k`` can change sign any more. Returns ``(Q_inf [d, d], v_inf [d])``.
+    minimisers, same ``delta_k``). On ``l_df`` the *sign* of ``v_k(inf)`` is known in closed form
+    (:func:`~attnlab.theory.diagonal_net.escape.sign_df`). On ``l_tf`` (``S`` given) it depends on
+    the path: the flow is integrated until no ``v_k`` can change sign any more. Raises
+    ``ValueError`` for a start on the stable manifold of a saddle (``l_df``: a zero projection on
+    the top eigenvector of thm. ``thm-column``). Returns ``(Q_inf [d, d], v_inf [d])``.
     """
     M = as_M(M)
     Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
@@ -71,17 +66,15 @@ def limit_point(Q0, v0, M, *, S=None, t_max: float = 1e4):
     dk = delta(Q0, v0)
     norms = np.linalg.norm(M, axis=0)
     nz = norms > 0
-    r0 = np.zeros(d)
-    r0[nz] = np.sum(Q0[:, nz] * M[:, nz], axis=0) / norms[nz] + v0[nz]
-    for k in np.flatnonzero(nz):
-        if r0[k] == 0 and dk[k] == 0 and np.linalg.norm(Q0[:, k]) == 0:
-            raise ValueError(f"Q0, v0: column {k} starts at the saddle q_k = 0, v_k = 0")
-    perp = Q0[:, nz] - (np.sum(Q0[:, nz] * M[:, nz], axis=0) / norms[nz] ** 2) * M[:, nz]
-    aligned = np.linalg.norm(perp) <= 1e-12 * max(1.0, np.linalg.norm(Q0))
-    if aligned and np.all(r0[nz] != 0):
-        signs = np.where(r0 >= 0, 1.0, -1.0)
-    else:
-        signs = _signs_from_flow(Q0, v0, M, S, t_max)
+    signs = sign_df(Q0, v0, M)
+    if S is None:  # a zero projection: the flow runs into the saddle v_k = 0, q_k perp m_k
+        stuck = np.flatnonzero(nz & (signs == 0))
+    else:  # q_k = 0, v_k = 0 stays put under any loss of Q Diag(v)
+        stuck = np.flatnonzero(nz & (v0 == 0) & (np.linalg.norm(Q0, axis=0) == 0))
+    if stuck.size:
+        raise ValueError(f"Q0, v0: column {stuck[0]} starts on the stable manifold of a saddle")
+    if S is not None:
+        signs = _signs_from_flow_tf(Q0, v0, M, S, t_max)
     Q_inf = np.zeros((d, d))
     v_inf = np.zeros(d)
     for k in range(d):
