@@ -35,9 +35,9 @@ class _AuthorsProblem(_Problem):
     Shares ``overlaps``, ``restrict`` and ``phi`` with :class:`_Problem`; the averages differ.
     """
 
-    def __init__(self, alpha, omega, sigma, lam, A):
+    def __init__(self, alpha, omega, sigma, lam, A, branch=None):
         self.alpha, self.omega, self.sigma, self.lam, self.A = alpha, omega, sigma, lam, A
-        self.branch = None  # no restriction to an invariant subspace
+        self.branch = branch  # the invariant subspace to hold (None: none, for one step of the map)
         self.s2 = self.rho = sigma**2
         self.rules = _authors_rules()
 
@@ -99,27 +99,31 @@ def solve_authors(
     * the hats are direct averages of g, g ξ, g η and g² (not the Stein form) on the nested
       Stroud–Secrest VI rule, 12 × 12 nodes, exact to degree 7 only;
     * the prox is the local minimum reached from h = 0 (they run BFGS from 0 at every node);
-    * plain damped iteration (``damping`` = weight of the old value), no branch restriction; it
-      stops when the largest *absolute* change of (q, m, θ) is below ``tol`` (V is not checked)
-      and returns the point before that last update;
+    * plain damped iteration (``damping`` = weight of the old value); it stops when the largest
+      *absolute* change of (q, m, θ) is below ``tol`` (V is not checked) and returns the point
+      before that last update;
     * ε_g averages the two one-field terms on the 28-node degree-11 rule and the cross term on
       that rule nested with the degree-7 one; Φ uses the degree-11 rule nested with itself.
 
-    ``branch`` picks the starting point, as in :func:`solve`. The result has ``rule="authors"``
-    and ``n_nodes=12`` (the nodes of the 2-D rule of the hats).
+    ``branch`` picks the starting point and, as in :func:`solve`, holds the iteration on the
+    branch's invariant subspace: m = 0 on the semantic branch (m̂ set to 0), θ = 0 on the
+    positional one. Without it, their semantic start at ω = 0.5, α = 1.1875 drifts to the
+    positional side (m = -0.28); held, it gives their metastable value θ/σ² = 0.3826 (issue 36).
+    The result has ``rule="authors"`` and ``n_nodes=12`` (the nodes of the 2-D rule of the hats).
     """
     alpha, omega, sigma, lam, A = _check_common(alpha, omega, sigma, lam, A)
     branch = check_choice("branch", branch, BRANCHES)
     tol = check_real("tol", tol, minimum=0.0, strict_minimum=True)
     max_iter = check_int("max_iter", max_iter, minimum=1)
     damping = check_real("damping", damping, minimum=0.0, maximum=0.99)
-    prob = _AuthorsProblem(alpha, omega, sigma, lam, A)
+    prob = _AuthorsProblem(alpha, omega, sigma, lam, A, branch)
     x = np.array(STARTS[branch], dtype=float)
+    x[1 if branch == "semantic" else 3] = 0.0  # start in the branch's subspace: m = 0 or θ = 0
     converged, change = False, np.inf
     iterations = 0
     while iterations < max_iter:
         iterations += 1
-        hats = prob.hats(*x)
+        hats = prob.restrict(prob.hats(*x))
         new = prob.overlaps(*hats)
         if not np.all(np.isfinite(new)) or new[0] <= 0 or new[3] ** 2 >= prob.rho * new[0]:
             break  # the map left its domain
