@@ -81,3 +81,17 @@ def test_solve_authors_damps_with_their_weight_of_the_old_value():
     expected = 0.8 * start + 0.2 * new
     assert np.allclose([one.q, one.m, one.V, one.theta], expected, rtol=1e-12, atol=1e-15)
     assert not np.allclose(expected, 0.7 * start + 0.3 * new, rtol=1e-3)  # the test can fail
+
+
+def test_solve_authors_on_gauss_hermite_rules_moves_with_the_order():
+    # Issue 36: at omega = 0.5, alpha = 1.19 (semantic) the authors' procedure with the hats on
+    # Gauss-Hermite rules gives 0.045 (3 points per dimension) and 0.313 (4), against 0.384 with
+    # their degree-7 rule: the value is a property of the rule (chapter 03, pt_authors_rules).
+    values = {n: se.solve_authors(1.19, 0.5, "semantic", n_nodes=n) for n in (3, 4)}
+    assert all(r.converged and r.rule == "authors, gauss-hermite" for r in values.values())
+    assert values[3].n_nodes == 3 and values[3].m == 0.0
+    assert values[3].theta_over_sigma2 == pytest.approx(0.0452, abs=2e-3)
+    assert values[4].theta_over_sigma2 == pytest.approx(0.3125, abs=2e-3)
+    assert se.solve_authors(1.19, 0.5, "semantic").theta_over_sigma2 == pytest.approx(0.3836, abs=3e-4)
+    with pytest.raises(ValueError, match="n_nodes"):
+        se.solve_authors(1.19, 0.5, "semantic", n_nodes=1)
