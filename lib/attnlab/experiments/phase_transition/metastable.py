@@ -11,7 +11,10 @@ chapter 03 (A: ω = 0.5, α = 1.19, semantic; B: ω = 0.15, α = 1.79, positiona
 * ``kind="monte carlo"``: one step of the exact map, its averages by Monte Carlo
   (``hat_variables(..., monte_carlo=N)``), from their fixed point (``start="theirs"``) and from
   the converged solver's (``start="ours"``), one row per seed: a fixed point of the exact map
-  does not move, up to the Monte-Carlo error.
+  does not move, up to the Monte-Carlo error;
+* ``kind="nodes"``: the converged solver's semantic fixed point at ω = 0.5 and each of
+  ``node_alphas`` (1.1708: the α of the authors' own gradient descent) with ``node_orders``
+  nodes per dimension: its quadrature error.
 
 ``pt_long_gd`` runs the authors' gradient descent from Q* four times as long as they did, where
 the converged equations have no semantic fixed point (ω = 0.3, α = 0.5075)::
@@ -58,22 +61,35 @@ def _mc_rows(alpha, omega, branch, n_nodes, samples, seeds, sigma, lam):
     return rows
 
 
+def _nodes_rows(alpha, omega, n_nodes, sigma, lam):
+    from attnlab.theory import phase_transition as se
+
+    fp = se.solve(alpha, omega, "semantic", sigma, lam, n_nodes=n_nodes)
+    return [{"kind": "nodes", "omega": omega, "alpha": alpha, "branch": "semantic", "n_nodes": n_nodes,
+             "value": fp.theta_over_sigma2, "q": fp.q, "V": fp.V, "mu_max": fp.mu_max,
+             "converged": fp.converged}]  # fmt: skip
+
+
 def _call(fn, kwargs):
     return fn(**kwargs)
 
 
 @experiment(
     "pt_authors_rules",
-    book={**_BASE, "orders": [3, 4, 5, 6], "mc_samples": 20_000, "mc_seeds": 2, "n_nodes": 8},
-    paper={**_BASE, "orders": list(range(3, 17)), "mc_samples": 1_000_000, "mc_seeds": 4, "n_nodes": 20},
-    description="the authors' metastable values: their rule's order and one Monte-Carlo step (chapter 3)",
+    book={**_BASE, "orders": [3, 4, 5, 6], "mc_samples": 20_000, "mc_seeds": 2, "n_nodes": 8,
+          "node_alphas": [1.19], "node_orders": [6, 8]},
+    paper={**_BASE, "orders": list(range(3, 17)), "mc_samples": 1_000_000, "mc_seeds": 4, "n_nodes": 20,
+           "node_alphas": [1.1708333333333334], "node_orders": [12, 16, 20, 24, 28]},
+    description="the authors' metastable values: their rule's order, a Monte-Carlo step, our nodes (ch. 3)",
 )  # fmt: skip
 def pt_authors_rules(config: dict, device: str) -> list[dict]:
-    """Rows of kinds ``rule`` and ``monte carlo`` (see the module's docstring)."""
+    """Rows of kinds ``rule``, ``monte carlo`` and ``nodes`` (see the module's docstring)."""
     common = {"sigma": config["sigma"], "lam": config["lam"]}
     omega, alpha = config["omega_A"], config["alpha_A"]
     mc = {"n_nodes": config["n_nodes"], "samples": config["mc_samples"], "seeds": config["mc_seeds"]}
-    tasks = [(_mc_rows, {"alpha": a, "omega": w, "branch": b, **mc, **common})
+    tasks = [(_nodes_rows, {"alpha": a, "omega": omega, "n_nodes": n, **common})
+             for n in sorted(config["node_orders"], reverse=True) for a in config["node_alphas"]]  # fmt: skip
+    tasks += [(_mc_rows, {"alpha": a, "omega": w, "branch": b, **mc, **common})
              for w, a, b in ((omega, alpha, "semantic"), _B)]  # fmt: skip
     orders = sorted(config["orders"], key=lambda n: -n)  # the slow ones first
     tasks += [(_rule_rows, {"alpha": alpha, "omega": omega, "n_nodes": n, **common}) for n in orders]
