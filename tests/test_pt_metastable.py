@@ -20,3 +20,17 @@ def test_metastable_runs_names_every_run_and_takes_its_own_order_parameter():
 def test_metastable_runs_rejects_other_rows():
     with pytest.raises(ValueError, match="rows"):
         metastable_runs([{"alpha": 1.0}])
+
+
+def test_the_metastable_experiments_run_at_tiny_size():
+    from attnlab.experiments import run
+
+    long = run("pt_long_gd", "book", overrides={"d": 12, "n_seeds": 2, "steps": 4, "record_every": 2,
+                                                 "n_test": 40}, cache=False)  # fmt: skip
+    assert sorted({r["step"] for r in long.rows}) == [0, 2, 4] and len(long.rows) == 6
+    rules = run("pt_authors_rules", "book", overrides={"orders": [3], "mc_samples": 200, "mc_seeds": 1,
+                                                       "node_orders": [4], "n_nodes": 4, "n_jobs": 1},
+                cache=False)  # fmt: skip
+    kinds = [r["kind"] for r in rules.rows]
+    assert kinds.count("rule") == 1 and kinds.count("nodes") == 1 and kinds.count("monte carlo") == 4
+    assert all(np.isfinite(r["value"]) for r in rules.rows)
