@@ -51,3 +51,47 @@ def test_authors_rule_jumps_at_theta_zero():
     assert at_zero == pytest.approx(0, abs=1e-12)  # exactly zero at theta = 0: the map jumps at 0+
     with pytest.raises(ValueError, match="monte_carlo"):
         se.hat_variables(alpha, 0.3, q, 0.0, V, 1e-4, method="authors", monte_carlo=1000)
+
+
+def test_solve_authors_holds_the_branch_and_gives_their_metastable_values():
+    # Issue 36: their notebook run as they ran it (nested 12-point degree-7 rule, prox by BFGS
+    # from 0, damping 0.8, stop at 1e-4) with the branch held gives theta/sigma^2 = 0.3826 at
+    # omega = 0.5, alpha = 1.1875 (their stored theory 0.394) and m = 0.2272 at omega = 0.15,
+    # alpha = 1.79 (standard A). Without the branch held, the semantic start drifts to the
+    # positional side (m = -0.28, theta/sigma^2 = 0.0002). The tolerances leave room for the
+    # stopping rule (a damping of 0.7 to 0.9 moves both values by less than 6e-5) and are 40x
+    # smaller than the gap to their stored 0.394.
+    sem = se.solve_authors(1.1875, 0.5, "semantic")
+    assert sem.converged and sem.m == 0.0
+    assert sem.theta_over_sigma2 == pytest.approx(0.3826, abs=3e-4)
+    assert sem.V == pytest.approx(22.6, abs=0.05)
+    pos = se.solve_authors(1.79, 0.15, "positional")
+    assert pos.converged and pos.theta == 0.0
+    assert pos.m == pytest.approx(0.2272, abs=2e-4)
+
+
+def test_solve_authors_damps_with_their_weight_of_the_old_value():
+    # one step from their positional start is 0.8 * start + 0.2 * (the map's value there)
+    alpha, omega = 1.79, 0.15
+    start = np.array(se.STARTS["positional"])
+    new = se.hat_variables(alpha, omega, *start, method="authors")
+    new = np.array([new[k] for k in ("q", "m", "V", "theta")])
+    one = se.solve_authors(alpha, omega, "positional", max_iter=1)
+    assert not one.converged and one.iterations == 1
+    expected = 0.8 * start + 0.2 * new
+    assert np.allclose([one.q, one.m, one.V, one.theta], expected, rtol=1e-12, atol=1e-15)
+    assert not np.allclose(expected, 0.7 * start + 0.3 * new, rtol=1e-3)  # the test can fail
+
+
+def test_solve_authors_on_gauss_hermite_rules_moves_with_the_order():
+    # Issue 36: at omega = 0.5, alpha = 1.19 (semantic) the authors' procedure with the hats on
+    # Gauss-Hermite rules gives 0.045 (3 points per dimension) and 0.313 (4), against 0.384 with
+    # their degree-7 rule: the value is a property of the rule (chapter 03, pt_authors_rules).
+    values = {n: se.solve_authors(1.19, 0.5, "semantic", n_nodes=n) for n in (3, 4)}
+    assert all(r.converged and r.rule == "authors, gauss-hermite" for r in values.values())
+    assert values[3].n_nodes == 3 and values[3].m == 0.0
+    assert values[3].theta_over_sigma2 == pytest.approx(0.0452, abs=2e-3)
+    assert values[4].theta_over_sigma2 == pytest.approx(0.3125, abs=2e-3)
+    assert se.solve_authors(1.19, 0.5, "semantic").theta_over_sigma2 == pytest.approx(0.3836, abs=3e-4)
+    with pytest.raises(ValueError, match="n_nodes"):
+        se.solve_authors(1.19, 0.5, "semantic", n_nodes=1)

@@ -8,13 +8,14 @@
 * :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``,
   ``pt_branches``, ``pt_constrained``
   (the fixed-point solver over grids);
+* :mod:`.metastable` – ``pt_authors_rules``, ``pt_long_gd``: side studies of the metastable branches;
 * :mod:`.histogram` – ``pt_histogram``, the bridge to Part I.
 
 Experiment names start with ``pt_`` (phase transition); committed results are
 ``lib/attnlab/results/pt_*``.
 """
 
-from attnlab.experiments.phase_transition import histogram, simulations, theory
+from attnlab.experiments.phase_transition import histogram, metastable, simulations, theory
 from attnlab.experiments.phase_transition.engine import (
     INITS,
     alpha_grid,
@@ -29,6 +30,7 @@ __all__ = [
     "alpha_grid",
     "histogram",
     "rows_from",
+    "metastable",
     "run_alphas",
     "simulations",
     "summarize",

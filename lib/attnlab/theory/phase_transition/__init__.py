@@ -53,10 +53,11 @@ Public API (all importable from this package)
     Root finding (``scipy.optimize.brentq``): α_c where the semantic branch's training loss
     drops below the positional one's; α_l where the semantic branch's test error drops below
     ``eps_lin``. ``method="authors"`` uses ``solve_authors`` and the authors' ``eps_lin``.
-``solve_authors(alpha, omega, branch, sigma=0.5, lam=0.01, A=None) -> FixedPoint``
+``solve_authors(alpha, omega, branch, sigma=0.5, lam=0.01, A=None, *, n_nodes=None) -> FixedPoint``
     The authors' own numerical procedure (low-order cubature, direct averages, their stopping
     rule), re-implemented so that the book can reproduce their published numbers and show where
-    they differ from the converged ones (chapters 02 and 04).
+    they differ from the converged ones (chapters 02, 03 and 04); it holds the branch as
+    ``solve`` does. ``n_nodes`` puts its hats on a Gauss–Hermite rule instead of theirs.
 ``prox(u, h_star, V, omega, sigma=0.5, A=None, start=None) -> (h, value)``
     The 2-D proximal step, batched over any number of points (batched Newton).
 ``hat_variables(alpha, omega, q, m, V, theta, ..., monte_carlo=None) -> dict``

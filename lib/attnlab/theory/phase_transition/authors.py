@@ -35,11 +35,13 @@ class _AuthorsProblem(_Problem):
     Shares ``overlaps``, ``restrict`` and ``phi`` with :class:`_Problem`; the averages differ.
     """
 
-    def __init__(self, alpha, omega, sigma, lam, A):
+    def __init__(self, alpha, omega, sigma, lam, A, branch=None, n_nodes=None):
         self.alpha, self.omega, self.sigma, self.lam, self.A = alpha, omega, sigma, lam, A
-        self.branch = None  # no restriction to an invariant subspace
+        self.branch = branch  # the invariant subspace to hold (None: none, for one step of the map)
         self.s2 = self.rho = sigma**2
         self.rules = _authors_rules()
+        if n_nodes is not None:  # the same direct averages on a Gauss–Hermite product rule
+            self.rules = self.rules | {"hats": cubature.product_rule(n_nodes, 4, prune=0.0)}
 
     def _prox(self, X, q, m, V, theta):
         xi1, xi2, eta1, eta2 = X
@@ -51,7 +53,7 @@ class _AuthorsProblem(_Problem):
         return u1, u2, h1, h2, phi, s_star
 
     def hats(self, q, m, V, theta):
-        """Direct averages of eq-pt-se-hats on the nested degree-7 rule."""
+        """Direct averages of eq-pt-se-hats on the nested degree-7 rule (or the one asked for)."""
         X, W = self.rules["hats"]
         u1, u2, h1, h2, _, s_star = self._prox(X, q, m, V, theta)
         g1, g2 = (h1 - u1) / V, (h2 - u2) / V
@@ -90,6 +92,7 @@ def solve_authors(
     tol: float = 1e-4,
     max_iter: int = 300,
     damping: float = 0.8,
+    n_nodes: int | None = None,
 ) -> FixedPoint:
     """The fixed point as the authors' theory notebook computes it, to reproduce their numbers.
 
@@ -99,27 +102,39 @@ def solve_authors(
     * the hats are direct averages of g, g ξ, g η and g² (not the Stein form) on the nested
       Stroud–Secrest VI rule, 12 × 12 nodes, exact to degree 7 only;
     * the prox is the local minimum reached from h = 0 (they run BFGS from 0 at every node);
-    * plain damped iteration (``damping`` = weight of the old value), no branch restriction; it
-      stops when the largest *absolute* change of (q, m, θ) is below ``tol`` (V is not checked)
-      and returns the point before that last update;
+    * plain damped iteration (``damping`` = weight of the old value); it stops when the largest
+      *absolute* change of (q, m, θ) is below ``tol`` (V is not checked) and returns the point
+      before that last update;
     * ε_g averages the two one-field terms on the 28-node degree-11 rule and the cross term on
       that rule nested with the degree-7 one; Φ uses the degree-11 rule nested with itself.
 
-    ``branch`` picks the starting point, as in :func:`solve`. The result has ``rule="authors"``
-    and ``n_nodes=12`` (the nodes of the 2-D rule of the hats).
+    ``branch`` picks the starting point and, as in :func:`solve`, holds the iteration on the
+    branch's invariant subspace: m = 0 on the semantic branch (m̂ set to 0), θ = 0 on the
+    positional one. Without it, their semantic start at ω = 0.5, α = 1.1875 drifts to the
+    positional side (m = -0.28); held, it gives their metastable value θ/σ² = 0.3826 (issue 36).
+    The result has ``rule="authors"`` and ``n_nodes=12`` (the nodes of the 2-D rule of the hats).
+
+    ``n_nodes`` replaces only the rule of the hats (the one that decides the fixed point) by a
+    Gauss–Hermite product with ``n_nodes`` points per dimension; everything else stays theirs.
+    The result then has ``rule="authors, gauss-hermite"`` and that ``n_nodes``. At ω = 0.5,
+    α = 1.1875 (semantic) θ/σ² is 0.38 with their rule and moves with the order of the rule
+    (about 0.25 at 16 points): their value is a property of their rule (issue 36, chapter 03).
     """
     alpha, omega, sigma, lam, A = _check_common(alpha, omega, sigma, lam, A)
     branch = check_choice("branch", branch, BRANCHES)
     tol = check_real("tol", tol, minimum=0.0, strict_minimum=True)
     max_iter = check_int("max_iter", max_iter, minimum=1)
     damping = check_real("damping", damping, minimum=0.0, maximum=0.99)
-    prob = _AuthorsProblem(alpha, omega, sigma, lam, A)
+    if n_nodes is not None:
+        n_nodes = check_int("n_nodes", n_nodes, minimum=2, maximum=40)
+    prob = _AuthorsProblem(alpha, omega, sigma, lam, A, branch, n_nodes)
     x = np.array(STARTS[branch], dtype=float)
+    x[1 if branch == "semantic" else 3] = 0.0  # start in the branch's subspace: m = 0 or θ = 0
     converged, change = False, np.inf
     iterations = 0
     while iterations < max_iter:
         iterations += 1
-        hats = prob.hats(*x)
+        hats = prob.restrict(prob.hats(*x))
         new = prob.overlaps(*hats)
         if not np.all(np.isfinite(new)) or new[0] <= 0 or new[3] ** 2 >= prob.rho * new[0]:
             break  # the map left its domain
@@ -129,4 +144,7 @@ def solve_authors(
             break
         x = damping * x + (1 - damping) * new
     phi = prob.phi(x, hats, prob.e_min(*x))
-    return _result(prob, branch, x, hats, phi, iterations, change, converged, 12, rule="authors")
+    if n_nodes is None:
+        return _result(prob, branch, x, hats, phi, iterations, change, converged, 12, rule="authors")
+    rule = "authors, gauss-hermite"
+    return _result(prob, branch, x, hats, phi, iterations, change, converged, n_nodes, rule=rule)
