@@ -352,7 +352,7 @@ _QUADRATURE = {**_BASE, "alpha": 2.0, "omega": 0.3, "base_nodes": 20}
 
 @experiment(
     "pt_quadrature",
-    book={**_QUADRATURE, "nodes": [8, 12, 16, 40]},
+    book={**_QUADRATURE, "nodes": [40]},
     paper={**_QUADRATURE, "nodes": [8, 12, 16, 24, 28, 32, 40]},
     description="both fixed points at one (alpha, omega) with fewer and more quadrature nodes (chapter 2)",
 )
