@@ -66,6 +66,22 @@ def test_phase_diagram_experiment_runs_at_tiny_size():
     assert set(res.column("global")) <= {"semantic", "positional"}
 
 
+def test_quadrature_experiment_rows_are_the_solvers_fixed_points():
+    """pt_quadrature (chapter 02's quadrature check): its base rows are the branches' fixed points,
+    and the other node counts are warm-started solves that converge near them."""
+    from attnlab.experiments import run
+
+    small = {"base_nodes": 6, "nodes": [4, 8]}
+    res = run("pt_quadrature", "book", overrides=small, cache=False)
+    assert len(res.rows) == 6 and all(res.column("converged"))
+    for branch in se.BRANCHES:
+        fp = se.solve(2.0, 0.3, branch, n_nodes=6)
+        assert res.column("eps_g", branch=branch, n_nodes=6)[0] == fp.eps_g
+        assert res.column("n_points", branch=branch, n_nodes=8)[0] == se.product_rule(8)[1].size
+        eps_g = res.column("eps_g", branch=branch).astype(float)
+        assert max(abs(e / fp.eps_g - 1) for e in eps_g) < 0.05
+
+
 def test_warm_started_thresholds_find_the_cold_scans_root():
     """alpha_c and alpha_l locate the root on 8 nodes and refine it on the full rule (here 10 nodes)
     with warm starts; they must land on the root that solving every alpha cold on the full rule

@@ -6,7 +6,7 @@
   ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``,
   ``pt_metastable``;
 * :mod:`.theory` – ``pt_theory``, ``pt_phase_diagram``, ``pt_transition_lines``, ``pt_crossing_scan``,
-  ``pt_branches``, ``pt_constrained``
+  ``pt_branches``, ``pt_constrained``, ``pt_quadrature``
   (the fixed-point solver over grids);
 * :mod:`.metastable` – ``pt_authors_rules``, ``pt_long_gd``: side studies of the metastable branches;
 * :mod:`.histogram` – ``pt_histogram``, the bridge to Part I.

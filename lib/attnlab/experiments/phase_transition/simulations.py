@@ -3,6 +3,13 @@
 Each experiment calls :func:`~attnlab.experiments.phase_transition.engine.train_batched` (chapters
 01, 03, 04 and 05 show them), except ``pt_landscape``, which minimises the risk at a fixed overlap
 (:func:`~attnlab.experiments.phase_transition.engine.lowest_risk_at_overlap`, chapter 03).
+
+The chapters load the book-scale results of the longer ones, committed in ``lib/attnlab/results``
+(``NAME-book.csv`` and ``.json``, which records the command and the time), so that a page executes
+in seconds: ``pt_curves`` (chapter 01), ``pt_finite_d``, ``pt_adam_random``, ``pt_correlated``
+(04), ``pt_untied``, ``pt_value`` and ``pt_histogram`` (05), each made with::
+
+    python -m attnlab.experiments run NAME --scale book --no-cache --out lib/attnlab/results
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Part II's theory experiments (pt = phase transition): curves over alpha and grids over (alpha, omega).
 
 They only call the fixed-point solver :mod:`attnlab.theory.phase_transition`; they are registered
-so that the paper-scale runs go through the CLI and the chapters (03, 04) load a small CSV::
+so that the paper-scale runs go through the CLI and the chapters (02, 03, 04) load a small CSV::
 
     python -m attnlab.experiments run pt_theory --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_phase_diagram --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_transition_lines --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_crossing_scan --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_branches --scale paper --out lib/attnlab/results
+    python -m attnlab.experiments run pt_quadrature --scale book --no-cache --out lib/attnlab/results
 """
 
 from __future__ import annotations
@@ -343,4 +344,41 @@ def pt_constrained(config: dict, device: str) -> list[dict]:
                     "n_nodes": n_nodes,
                 }
             )
+    return rows
+
+
+_QUADRATURE = {**_BASE, "alpha": 2.0, "omega": 0.3, "base_nodes": 20}
+
+
+@experiment(
+    "pt_quadrature",
+    book={**_QUADRATURE, "nodes": [40]},
+    paper={**_QUADRATURE, "nodes": [8, 12, 16, 24, 28, 32, 40]},
+    description="both fixed points at one (alpha, omega) with fewer and more quadrature nodes (chapter 2)",
+)
+def pt_quadrature(config: dict, device: str) -> list[dict]:
+    """The quadrature check of chapter 02: both branches with ``base_nodes`` nodes per dimension,
+    solved from their starts, then with every count in ``nodes``, warm-started from that fixed point.
+
+    One row per (branch, n_nodes), the base included: ``eps_g``, ``eps_t``, ``m``,
+    ``theta_over_sigma2``, ``q``, ``V``, ``converged``, ``iterations`` and ``n_points`` (the nodes
+    of the pruned product rule).
+    """
+    from attnlab.theory import phase_transition as se
+
+    alpha, omega, sigma, lam = config["alpha"], config["omega"], config["sigma"], config["lam"]
+    rows = []
+    for branch in se.BRANCHES:
+        base = se.solve(alpha, omega, branch, sigma, lam, n_nodes=config["base_nodes"])
+        start = (base.q, base.m, base.V, base.theta)
+        for n_nodes in [config["base_nodes"], *config["nodes"]]:
+            fp = base
+            if n_nodes != config["base_nodes"]:
+                fp = se.solve(alpha, omega, branch, sigma, lam, n_nodes=n_nodes, init=start)
+            rows.append({
+                "branch": branch, "n_nodes": n_nodes, "eps_g": fp.eps_g, "eps_t": fp.eps_t, "m": fp.m,
+                "theta_over_sigma2": fp.theta_over_sigma2, "q": fp.q, "V": fp.V,
+                "converged": bool(fp.converged), "iterations": fp.iterations,
+                "n_points": int(se.product_rule(n_nodes)[1].size),
+            })  # fmt: skip
     return rows
