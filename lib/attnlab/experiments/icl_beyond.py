@@ -14,7 +14,9 @@ prompts shared by every model (common random numbers):
 ``gate_lr`` (``None``: the common ``lr``) sets the gates' own learning rate; ``icl_beyond_gate_lr``
 reruns the gated group on per-token noise with gates learning ten times faster;
 ``icl_beyond_gated_long`` trains it three times longer (``keep_omegas``: rows ``"gate_omega"``
-hold the gated models' omegas, so that the chapter can rebuild them and read their gates).
+hold the gated models' omegas, so that the chapter can rebuild them and read their gates);
+``icl_beyond_gated_normalised`` trains gates that read their features relative to the prompt
+(``gate_features="normalised"``), which do not saturate with the prompt's scale.
 
 Rows: ``kind`` ``"model"`` (adjusted loss of every trained model), ``"baseline"`` (Bayes-optimal,
 ConstRR), ``"gate"`` (learned gate coefficients), ``"omega"`` (trained GD++ omegas),
@@ -259,7 +261,9 @@ def _gated_rows(config) -> list[dict]:
     L, S = config["gated_depth"], len(noise)
     models = nn.ModuleDict(
         {
-            f"gla_{L}": _batched(GatedLinearTransformer, d, L, S, R),
+            f"gla_{L}": _batched(
+                GatedLinearTransformer, d, L, S, R, features=config.get("gate_features", "raw")
+            ),
             f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag"),
         }
     )
@@ -385,4 +389,28 @@ def icl_beyond_gate_lr(config: dict, device: str) -> list[dict]:
     description="icl_beyond's gated models on per-token noise, trained three times longer, with their omegas",
 )
 def icl_beyond_gated_long(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
+
+
+@experiment(
+    "icl_beyond_gated_normalised",
+    book={
+        **_BOOK,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+        "gate_features": "normalised",
+    },
+    paper={
+        **_PAPER,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+        "gate_features": "normalised",
+    },
+    description="icl_beyond's gated models on per-token noise, with gate features relative to the prompt",
+)
+def icl_beyond_gated_normalised(config: dict, device: str) -> list[dict]:
     return _rows(config, device)
