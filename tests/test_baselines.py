@@ -141,6 +141,9 @@ def test_bayes_beats_ada_and_adjusted_loss_of_oracle_is_zero():
         (lambda X, y, q: bl.uniform_sigma_grid(0.0), "sigma_max"),
         (lambda X, y, q: bl.half_mse(np.ones(3), np.ones(4)), "prediction"),
         (lambda X, y, q: bl.ridge(X, np.full_like(y, np.nan), q, 1.0), "y"),
+        (lambda X, y, q: bl.em_reweighted_ridge(X, y, q, [0.0, 1.0], [0.5, 0.5]), "sigmas"),
+        (lambda X, y, q: bl.em_reweighted_ridge(X, y, q, [1.0, 2.0], [0.5, 0.6]), "probs"),
+        (lambda X, y, q: bl.em_reweighted_ridge(X, y, q, [1.0, 2.0], [0.5, 0.5], n_iter=0), "n_iter"),
     ],
 )
 def test_bad_input_raises(call, match):
@@ -170,3 +173,59 @@ def test_trimmed_mean_drops_only_the_largest_values():
         bl.trimmed_mean(np.array([1.0, 2.0]), 0.6)
     with pytest.raises(ValueError, match="drop"):
         bl.trimmed_mean(v, -0.1)
+
+
+def _token_data(B=200, n=20, d=10, levels=(0.5, 5.0), probs=(0.8, 0.2), seed=0):
+    """Prompts whose context tokens draw their own noise std from ``levels``."""
+    rng = np.random.default_rng(seed)
+    X, w, q = rng.standard_normal((B, n, d)), rng.standard_normal((B, d)), rng.standard_normal((B, d))
+    s = rng.choice(levels, p=probs, size=(B, n))
+    y = np.einsum("bnd,bd->bn", X, w) + s * rng.standard_normal((B, n))
+    return X, y, q, np.einsum("bd,bd->b", q, w), s
+
+
+def _em_objective(X, y, w, levels, probs):
+    """``-½‖w‖² + Σ_j log Σ_k p_k N(y_j - x_jᵀw; 0, σ_k²)`` per prompt, written from its definition."""
+    res = y - np.einsum("bnd,bd->bn", X, w)
+    dens = sum(
+        p * np.exp(-0.5 * (res / s) ** 2) / (s * np.sqrt(2 * np.pi))
+        for s, p in zip(levels, probs, strict=True)
+    )
+    return -0.5 * (w**2).sum(-1) + np.log(dens).sum(-1)
+
+
+def test_em_with_one_level_is_the_oracle_ridge():
+    X, y, q, _, _ = _token_data(B=20, levels=(1.5, 1.5), probs=(0.5, 0.5))
+    for n_iter in (1, 7):
+        got = bl.em_reweighted_ridge(X, y, q, [1.5, 1.5], [0.3, 0.7], n_iter=n_iter)
+        np.testing.assert_allclose(got, bl.oracle_ridge(X, y, q, np.full(20, 1.5)), rtol=1e-10)
+    got = bl.em_reweighted_ridge(X, y, q, [1.5, 4.0], [1.0, 0.0])  # a level of probability 0
+    np.testing.assert_allclose(got, bl.oracle_ridge(X, y, q, np.full(20, 1.5)), rtol=1e-10)
+
+
+def test_em_never_lowers_its_objective_and_converges():
+    X, y, q, t, _ = _token_data(B=100, seed=1)
+    levels, probs = [0.5, 5.0], [0.8, 0.2]
+    objective = [
+        _em_objective(
+            X, y, bl.em_reweighted_ridge(X, y, q, levels, probs, n_iter=k, return_w=True)[1], levels, probs
+        )
+        for k in range(1, 9)
+    ]
+    assert np.all(np.diff(objective, axis=0) >= -1e-9)
+    w200 = bl.em_reweighted_ridge(X, y, q, levels, probs, n_iter=200, return_w=True)[1]
+    w201 = bl.em_reweighted_ridge(X, y, q, levels, probs, n_iter=201, return_w=True)[1]
+    np.testing.assert_allclose(w201, w200, atol=1e-8)  # a fixed point of the EM map
+    # torch in, torch out
+    pred = bl.em_reweighted_ridge(torch.as_tensor(X), torch.as_tensor(y), torch.as_tensor(q), levels, probs)
+    assert isinstance(pred, torch.Tensor) and pred.shape == (100,)
+
+
+def test_em_beats_constant_ridge_on_two_level_token_noise():
+    X, y, q, t, s = _token_data(B=2000, seed=2)
+    Xt, yt, qt, tt, _ = _token_data(B=1000, seed=5)
+    const = bl.ConstRR().fit(Xt, yt, qt, tt).predict(X, y, q)
+    em = bl.em_reweighted_ridge(X, y, q, [0.5, 5.0], [0.8, 0.2])
+    oracle = bl.oracle_ridge(X, y, q, s)
+    loss = {k: bl.half_mse(v, t) for k, v in {"const": const, "em": em, "oracle": oracle}.items()}
+    assert loss["oracle"] < loss["em"] < 0.8 * loss["const"], loss

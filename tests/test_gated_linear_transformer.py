@@ -119,3 +119,26 @@ def test_bad_arguments_raise():
         gated().gram_forward(torch.zeros(2, D + 1, D + 1), torch.zeros(2, D + 1))
     with pytest.raises(ValueError, match="Z"):
         gated()(torch.zeros(2, D, N + 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="features"):
+        GatedLinearTransformer(D, 2, features="scaled")
+
+
+def test_normalised_features_read_each_token_relative_to_its_prompt(batch):
+    """Scaling a prompt's labels and inputs leaves normalised gates unchanged, not raw ones."""
+    Z = build_tokens(batch.X, batch.y, batch.x_query)[..., :N]
+    scale = torch.tensor([1.0, 3.0, 0.5, 2.0, 1.0, 7.0, 0.2], dtype=torch.float64)[:, None, None]
+    for features, same in (("normalised", True), ("raw", False)):
+        model = gated(L=1, features=features)
+        g, g_scaled = model.gates(Z, 0), model.gates(scale * Z, 0)
+        assert torch.allclose(g, g_scaled, rtol=1e-12, atol=1e-12) == same
+    # By hand: y_j^2 / mean_k y_k^2 and |x_j|^2 / mean_k |x_k|^2.
+    model = gated(L=1, features="normalised")
+    a, b, c = model.gate[0].tolist()
+    y2, x2 = batch.y**2, (batch.X**2).sum(-1)
+    by_hand = 2 * torch.sigmoid(a + b * y2 / y2.mean(-1, keepdim=True) + c * x2 / x2.mean(-1, keepdim=True))
+    torch.testing.assert_close(model.gates(Z, 0), by_hand, rtol=1e-12, atol=1e-12)
+    # Zero coefficients: DIAG exactly, whatever the features.
+    with torch.no_grad():
+        model.gate.zero_()
+    diag = LinearTransformer(D, 1, 2, "diag", init_scale=0.2, seed=1, dtype="float64")
+    assert torch.equal(model.predict(*batch[:3]), diag.predict(*batch[:3]))

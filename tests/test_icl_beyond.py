@@ -78,3 +78,30 @@ def test_gate_lr_experiment_trains_only_the_gated_group_with_faster_gates():
     # Adam's first steps move every coefficient by about the learning rate: 1e-2, not lr = 1e-3.
     assert coef.max() > 5 * small["steps"] * res.config["lr"]
     assert coef.max() < 1.5 * small["steps"] * res.config["gate_lr"]
+
+
+def test_gated_long_keeps_the_omegas_that_rebuild_its_gated_models():
+    small = {"steps": 3, "batch_size": 16, "n_eval": 300, "n_tune": 200, "nodes": 8}
+    res = ex.run("icl_beyond_gated_long", overrides=small, cache=False)
+    assert {r["kind"] for r in res.rows} == {"model", "baseline", "gate", "gate_omega"}
+    gate = {(r["seed"], r["layer"]): r for r in res.rows if r["kind"] == "gate"}
+    omega = {(r["seed"], r["layer"]): r for r in res.rows if r["kind"] == "gate_omega"}
+    assert gate.keys() == omega.keys() and len(omega) == res.config["gated_depth"] * res.config["n_seeds"]
+    # Rebuilt from its rows, the gated model scores what the experiment measured (same prompts).
+    from attnlab.experiments.icl_beyond import _eval_data
+    from attnlab.models import GatedLinearTransformer
+
+    L, spec = res.config["gated_depth"], res.config["gated_noise"][0]
+    m = GatedLinearTransformer(10, L, diag_mode="omega", init_scale=0.0, dtype="float64")
+    with torch.no_grad():
+        m.gate.copy_(torch.tensor([[gate[(0, l + 1)][k] for k in "abc"] for l in range(L)]))
+        m.omega.copy_(
+            torch.tensor(
+                [[omega[(0, l + 1)][f"omega_{k}"] for k in ("xx", "xy", "yx", "yy")] for l in range(L)]
+            )
+        )
+    data = _eval_data([spec], res.config)
+    with torch.no_grad():
+        loss = 0.5 * ((m.predict(data["X"], data["y"][spec], data["x_query"]) - data["target"]) ** 2).mean()
+    row = next(r for r in res.rows if r["kind"] == "model" and r["model"] == "gla" and r["seed"] == 0)
+    assert float(loss) == pytest.approx(row["loss"], rel=1e-5)  # trained in float32

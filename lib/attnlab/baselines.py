@@ -49,6 +49,7 @@ __all__ = [
     "ada_ridge",
     "adjusted_loss",
     "bayes_optimal",
+    "em_reweighted_ridge",
     "half_mse",
     "implied_ridge",
     "noise_variance_ols",
@@ -506,3 +507,51 @@ def implied_ridge(prediction, X, y, x_query, *, lam_max: float = 1e4) -> float:
     lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
     res = optimize.minimize_scalar(gap, bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
     return float(np.exp(res.x))
+
+
+# ------------------------------------------------------------------------------------------------
+# Per-token noise with a known discrete prior: reweighted ridge by EM.
+# ------------------------------------------------------------------------------------------------
+
+
+def em_reweighted_ridge(X, y, x_query, sigmas, probs, *, n_iter: int = 50, return_w: bool = False):
+    """Reweighted ridge for per-token noise levels drawn from a known prior, fitted by EM (chapter 06).
+
+    Every context token ``j`` has its own noise std ``σ_j``, drawn independently from the grid
+    ``sigmas`` with probabilities ``probs`` (e.g. the two levels of ``"token:0.5,5@0.8,0.2"``), and
+    ``w ~ N(0, I)``. Expectation–maximisation for the posterior mode of ``w``, the levels being
+    the hidden variables, maximises
+
+    .. math::  -\\tfrac12\\lVert w\\rVert^2 + \\sum_j \\log \\sum_k p_k\\,
+               \\mathcal N(y_j - x_j^\\top w;\\, 0, \\sigma_k^2)
+
+    by alternating, from the prior's responsibilities ``r_jk = p_k``,
+
+    - M-step: the weighted ridge ``w = (XᵀWX + I)⁻¹XᵀWy``, ``W = diag(Σ_k r_jk / σ_k²)``;
+    - E-step: ``r_jk ∝ p_k N(y_j − x_jᵀw; 0, σ_k²)`` (normalised with a log-sum-exp),
+
+    ``n_iter`` times; no step lowers the objective. It is not the Bayes-optimal predictor (which
+    averages over the ``K^n`` assignments of levels) but uses the tokens one by one, which no
+    function of the Gram matrix can. Returns the prediction ``x_tᵀw`` ``[B]``, and ``w [B, d]``
+    with ``return_w=True``.
+    """
+    Xt, yt, qt, like = _problem(X, y, x_query)
+    s, p = _check_grid(sigmas, probs)
+    n_iter = check_int("n_iter", n_iter, minimum=1)
+    d = Xt.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64)
+    log_prior = torch.log(p)  # a level of probability 0 keeps weight 0
+    r = p.expand(*yt.shape, -1)  # [B, n, K]
+    for it in range(n_iter + 1):
+        W = (r / s**2).sum(-1)  # [B, n]
+        A = Xt.mT @ (W[..., None] * Xt) + eye
+        w = torch.linalg.solve(A, (Xt.mT @ (W * yt)[..., None]))[..., 0]  # [B, d]
+        if it == n_iter:
+            break
+        res = yt - (Xt @ w[..., None])[..., 0]  # [B, n]
+        logr = log_prior - torch.log(s) - 0.5 * (res[..., None] / s) ** 2
+        r = torch.softmax(logr, dim=-1)
+    pred = (w * qt).sum(-1)
+    if return_w:
+        return _out(pred, like), _out(w, like)
+    return _out(pred, like)

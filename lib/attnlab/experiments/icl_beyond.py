@@ -12,7 +12,11 @@ prompts shared by every model (common random numbers):
   (:func:`attnlab.models.gdpp_construction`) with three choices of its spectrum bounds.
 
 ``gate_lr`` (``None``: the common ``lr``) sets the gates' own learning rate; ``icl_beyond_gate_lr``
-reruns the gated group on per-token noise with gates learning ten times faster.
+reruns the gated group on per-token noise with gates learning ten times faster;
+``icl_beyond_gated_long`` trains it three times longer (``keep_omegas``: rows ``"gate_omega"``
+hold the gated models' omegas, so that the chapter can rebuild them and read their gates);
+``icl_beyond_gated_normalised`` trains gates that read their features relative to the prompt
+(``gate_features="normalised"``), which do not saturate with the prompt's scale.
 
 Rows: ``kind`` ``"model"`` (adjusted loss of every trained model), ``"baseline"`` (Bayes-optimal,
 ConstRR), ``"gate"`` (learned gate coefficients), ``"omega"`` (trained GD++ omegas),
@@ -257,7 +261,9 @@ def _gated_rows(config) -> list[dict]:
     L, S = config["gated_depth"], len(noise)
     models = nn.ModuleDict(
         {
-            f"gla_{L}": _batched(GatedLinearTransformer, d, L, S, R),
+            f"gla_{L}": _batched(
+                GatedLinearTransformer, d, L, S, R, features=config.get("gate_features", "raw")
+            ),
             f"diag_{L}": _batched(LinearTransformer, d, L, S, R, param="diag"),
         }
     )
@@ -265,6 +271,7 @@ def _gated_rows(config) -> list[dict]:
     rows, data, osq = _train_and_evaluate("gated", models, noise, config, gate_lr)
     rows += _baseline_rows(noise, data, osq, config)
     gate = models[f"gla_{L}"].gate.detach()  # [S, R, L, 3]
+    omega = models[f"gla_{L}"].omegas().detach()  # [S, R, L, 4]
     for si, spec in enumerate(noise):
         for r in range(R):
             for layer in range(L):
@@ -272,6 +279,17 @@ def _gated_rows(config) -> list[dict]:
                 rows.append(
                     {"kind": "gate", "noise": spec, "seed": r, "layer": layer + 1, "a": a, "b": b, "c": c}
                 )
+                if config.get("keep_omegas", False):  # the gated model can be rebuilt from its rows
+                    rows.append(
+                        {"kind": "gate_omega", "noise": spec, "seed": r, "layer": layer + 1}
+                        | dict(
+                            zip(
+                                ("omega_xx", "omega_xy", "omega_yx", "omega_yy"),
+                                omega[si, r, layer].tolist(),
+                                strict=True,
+                            )
+                        )
+                    )
     return rows
 
 
@@ -348,4 +366,51 @@ def icl_beyond(config: dict, device: str) -> list[dict]:
     description="icl_beyond's gated models on per-token noise with a 10x learning rate for the gates",
 )
 def icl_beyond_gate_lr(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
+
+
+@experiment(
+    "icl_beyond_gated_long",
+    book={
+        **_BOOK,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+    },
+    paper={
+        **_PAPER,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "steps": 9000,
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+    },
+    description="icl_beyond's gated models on per-token noise, trained three times longer, with their omegas",
+)
+def icl_beyond_gated_long(config: dict, device: str) -> list[dict]:
+    return _rows(config, device)
+
+
+@experiment(
+    "icl_beyond_gated_normalised",
+    book={
+        **_BOOK,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+        "gate_features": "normalised",
+    },
+    paper={
+        **_PAPER,
+        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        "depth_depths": [],
+        "gdpp_depths": [],
+        "keep_omegas": True,
+        "gate_features": "normalised",
+    },
+    description="icl_beyond's gated models on per-token noise, with gate features relative to the prompt",
+)
+def icl_beyond_gated_normalised(config: dict, device: str) -> list[dict]:
     return _rows(config, device)

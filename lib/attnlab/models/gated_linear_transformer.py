@@ -15,10 +15,13 @@ import torch
 from torch import nn
 
 from attnlab.models.linear_transformer import LinearTransformer
-from attnlab.validation import check_shape
+from attnlab.validation import check_choice, check_shape
 
 #: The features of a token that its gate reads, in the order of the gate's coefficients.
 GATE_FEATURES = ("1", "y_j^2", "|x_j|^2 / d")
+#: ``"raw"``: the features as above; ``"normalised"``: ``y_j^2`` and ``|x_j|^2`` divided by their
+#: mean over the prompt's context tokens, so that a gate reads how large a token is for its prompt.
+GATE_SCALES = ("raw", "normalised")
 
 
 class GatedLinearTransformer(LinearTransformer):
@@ -33,15 +36,26 @@ class GatedLinearTransformer(LinearTransformer):
     so that zero gate coefficients are DIAG exactly (a constant gate is absorbed by the omegas, so
     the range ``(0, 2)`` is no restriction against ``(0, 1)``). ``learn_gate [*models]`` (bool,
     default all True) says which models learn their gates; the others keep them fixed (no
-    gradient): DIAG trained side by side with the same data, initialisation and optimiser. The
-    token form is the only form: the gates depend on every token, so the forward pass has no
-    Gram form.
+    gradient): DIAG trained side by side with the same data, initialisation and optimiser. With
+    ``features="normalised"`` the gate reads ``y_j^2 / mean_k y_k^2`` and
+    ``|x_j|^2 / mean_k |x_k|^2`` (means over the context tokens of the prompt), which do not grow
+    with the prompt's scale. The token form is the only form: the gates depend on every token,
+    so the forward pass has no Gram form.
     """
 
     def __init__(
-        self, d, n_layers, n_heads=1, *, learn_gate: Sequence[bool] | bool = True, batch_shape=(), **kwargs
+        self,
+        d,
+        n_layers,
+        n_heads=1,
+        *,
+        learn_gate: Sequence[bool] | bool = True,
+        features: str = "raw",
+        batch_shape=(),
+        **kwargs,
     ):
         super().__init__(d, n_layers, n_heads, "diag", batch_shape=batch_shape, **kwargs)
+        self.features = check_choice("features", features, GATE_SCALES)
         dtype, device = self.omega_mask.dtype, self.omega_mask.device
         self.gate = nn.Parameter(torch.zeros(*self.batch_shape, n_layers, len(GATE_FEATURES), dtype=dtype))
         learn = torch.as_tensor(learn_gate, dtype=torch.bool, device=device)
@@ -58,6 +72,10 @@ class GatedLinearTransformer(LinearTransformer):
         a, b, c = (coef[..., k, None, None] for k in range(3))  # [*models, 1, 1]
         y2 = ctx[..., self.d, :] ** 2  # [.., B, n]
         x2 = (ctx[..., : self.d, :] ** 2).sum(-2) / self.d
+        if self.features == "normalised":
+            tiny = torch.finfo(ctx.dtype).tiny
+            y2 = y2 / y2.mean(-1, keepdim=True).clamp_min(tiny)
+            x2 = x2 / x2.mean(-1, keepdim=True).clamp_min(tiny)
         return 2 * torch.sigmoid(a + b * y2 + c * x2)
 
     def _context_gram(self, ctx, layer):
@@ -77,4 +95,4 @@ class GatedLinearTransformer(LinearTransformer):
         return self.predict(X, y, x_query)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + ", gated keys"
+        return super().extra_repr() + f", gated keys ({self.features} features)"
