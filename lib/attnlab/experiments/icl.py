@@ -49,12 +49,12 @@ import torch
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment
+from attnlab.experiments.icl_table1 import TABLE1_NOISE
 from attnlab.models import DecayedLinearTransformer, LinearTransformer
 from attnlab.tasks.icl_regression import MixedNoiseRegression, Noise
 from attnlab.train import train
 from attnlab.validation import check_int
 
-TABLE1_NOISE = [f"uniform:{s}" for s in range(8)] + ["categorical:1,3", "categorical:1,3,5"]
 
 
 def _prior(spec: str, nodes: int):
