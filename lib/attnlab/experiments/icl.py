@@ -56,7 +56,6 @@ from attnlab.train import train
 from attnlab.validation import check_int
 
 
-
 def _prior(spec: str, nodes: int):
     """``(sigmas, probs)`` of the Bayes-optimal predictor for a noise string, or None if noiseless."""
     noise = Noise.parse(spec)
