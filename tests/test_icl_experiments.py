@@ -728,3 +728,41 @@ def test_table_6k_again_is_icl_table_6k_with_only_the_models_the_table_keeps_and
     # with every shallower model the re-run rule compared them with in icl_table_6k
     for p, L in kept_from_base:
         assert [d for d in base["depths"][p] if d < L] == [d for d in again["depths"][p] if d < L]
+
+
+def test_table1_has_every_model_and_noise_distribution_of_the_paper():
+    from attnlab.experiments.icl_table1 import TABLE1, TABLE1_BASELINES, TABLE1_NOISE
+
+    assert len(TABLE1_NOISE) == 10 and TABLE1_NOISE == icl.TABLE1_NOISE
+    assert all(len(v) == len(TABLE1_NOISE) for v in [*TABLE1.values(), *TABLE1_BASELINES.values()])
+    assert TABLE1[("diag", 7)][0] == 2.5e-12 and TABLE1[("full", 3)][-1] == 0.113
+    assert TABLE1_BASELINES["tuned"][4] == 0.037
+
+
+def test_the_target_is_15_percent_or_0002_below_001():
+    from attnlab.experiments.icl_table1 import within
+
+    assert within([0.114, 0.116, 0.0029, 0.0031], [0.1, 0.1, 0.001, 0.001]).tolist() == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert within(0.0019, 2.5e-12)  # the absolute rule below 0.01
+    with pytest.raises(ValueError, match="value and paper"):
+        within([1.0, 2.0], [1.0])
+
+
+def test_cells_are_the_best_seeds_that_table1_has_scored_by_the_target():
+    from attnlab.experiments.icl_table1 import cells, label
+
+    res = ex.load_result("icl_mixed_noise", "cpu")
+    df = cells(res)
+    assert len(df) == 150 and df[["param", "L", "noise"]].drop_duplicates().shape[0] == 150
+    assert not ((df.param == "gdpp") & (df.L == 5)).any()  # not in Table 1
+    assert df.met.sum() == 134
+    assert label("uniform:3") == "U(0, 3)" and label("categorical:1,3,5") == "{1, 3, 5}"
+    with pytest.raises(ValueError, match="spec"):
+        label("gauss:3")
+    with pytest.raises(ValueError, match="result"):
+        cells([1, 2])
