@@ -13,6 +13,7 @@ from attnlab.experiments.icl_scoring import (
     mean_and_se,
     misses_by,
     pick_seed,
+    prompts_to_drop,
     target_halfwidth,
     within_target,
 )
@@ -42,6 +43,20 @@ def test_target_rule_and_misses_in_standard_errors():
         mean_and_se([1.0])
     m, se = mean_and_se([1.0, 2.0, 3.0, 4.0])
     assert m == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
+
+
+def test_prompts_to_drop_counts_the_worst_prompts_that_carry_a_miss():
+    one = [0.1] * 99 + [100.0]  # mean 1.099 against 0.1: the one prompt carries the miss
+    assert prompts_to_drop(one, 0.1) == 1
+    assert prompts_to_drop([0.1] * 100, 0.1) == 0
+    assert prompts_to_drop([0.01] * 100, 0.1) is None  # below the target: dropping cannot help
+    two = [0.1] * 98 + [100.0, 100.0]
+    assert prompts_to_drop(two, 0.1) is None  # 1% of 100 prompts is one
+    assert prompts_to_drop(two, 0.1, max_share=0.02) == 2
+    with pytest.raises(ValueError, match="max_share"):
+        prompts_to_drop(two, 0.1, max_share=0.9)
+    with pytest.raises(ValueError, match="per_prompt"):
+        prompts_to_drop([1.0], 0.1)
 
 
 def _zero_model(param="diag", L=1):
@@ -149,6 +164,8 @@ def test_committed_scoring_counts_and_misses():
     # every held-out miss has a standard error above the target's half-width and lies less than
     # two of them outside it; every cell that meets it has one below a third of the half-width
     assert (miss.se > miss.halfwidth).all() and (miss.misses_by_se.astype(float) < 2).all()
+    # each is carried by at most three of the 400,000 prompts
+    assert miss.to_drop.astype(int).between(1, 3).all()
     met = held[held.met.astype(bool)]
     assert (met.se < met.halfwidth / 3).all()
 

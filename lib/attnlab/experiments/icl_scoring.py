@@ -21,7 +21,7 @@ scored, on prompts the choice did not see:
 The target is the one of the table: within 15% of the paper's value, or within 0.002 where that
 is below 0.01 (:func:`target_halfwidth`). Where the picked seed misses on held-out prompts, every
 seed of the cell is scored there too (``best5``): if none meets the target, no choice of seed
-would.
+would. Whether a few prompts carry a miss: :func:`prompts_to_drop`.
 """
 
 from __future__ import annotations
@@ -119,6 +119,22 @@ def mean_and_se(per_prompt) -> tuple[float, float]:
     return float(v.mean()), float(v.std() / math.sqrt(v.numel()))
 
 
+def prompts_to_drop(per_prompt, paper: float, max_share: float = 0.01) -> int | None:
+    """The fewest worst prompts whose removal brings the mean of ``per_prompt`` within the target
+    around ``paper`` (0 if it is already), searching up to ``max_share`` of the prompts; None if
+    none does (a mean below the target only falls further)."""
+    v = torch.as_tensor(per_prompt, dtype=torch.float64).reshape(-1)
+    if v.numel() < 2:
+        raise ValueError(f"per_prompt must have at least two values, got {v.numel()}")
+    max_share = check_real("max_share", max_share, minimum=0.0, maximum=0.5)
+    worst = torch.topk(v, math.ceil(max_share * v.numel())).values
+    k = torch.arange(worst.numel() + 1, dtype=torch.float64)
+    dropped = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(worst, 0)])
+    means = (v.sum() - dropped) / (v.numel() - k)
+    inside = torch.nonzero((means - paper).abs() <= target_halfwidth(paper))
+    return int(inside[0, 0]) if inside.numel() else None
+
+
 def misses_by(value: float, se: float, paper: float) -> float:
     """How far ``value`` lies outside the target, in standard errors ``se`` (negative: inside)."""
     se = check_real("se", se, minimum=0.0)
@@ -194,8 +210,10 @@ def icl_scoring(config: dict, device: str) -> list[dict]:
     """One row per cell (model and noise distribution of Table 1) with: the table's value (best
     seed on its evaluation prompts) and seed; the seed picked on validation and its validation
     loss; its score (``"held-out"``, ``"evaluation"`` or ``"none"``, see the module) with its
-    standard error where there is one and how many of them it lies outside the target; where the
-    picked seed misses on held-out prompts, the best of the five seeds there."""
+    standard error where there is one and how many of them it lies outside the target; on held-out
+    prompts, the mean without the worst ``trim`` share of them, the worst prompt's share of their
+    sum and :func:`prompts_to_drop`; where the picked seed misses there, the best of the five
+    seeds there."""
     table = load_result(config["table"], config["source_scale"])
     sources = _sources(config)
     runs = {name: load_result(name, config["source_scale"]) for name, _ in set(sources.values())}
@@ -251,6 +269,8 @@ def icl_scoring(config: dict, device: str) -> list[dict]:
         for row, losses in zip(cells, picked, strict=True):
             row["score"], row["se"] = mean_and_se(losses)
             row["trimmed"] = bl.trimmed_mean(losses, config["trim"])
+            row["worst_share"] = float(losses.max() / losses.sum())
+            row["to_drop"] = prompts_to_drop(losses, row["paper"])
         misses = [j for j, row in enumerate(cells) if not within_target(row["score"], row["paper"])]
         if misses:
             every = held_out_adjusted([m for j in misses for m in models[j]], spec, n_test, seed, chunk=chunk)
