@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NBDIR := _build/nbval
-# Every chapter (book/**/*.md), for `make notebooks`.
-CHAPTERS := $(shell find book -name '*.md' | sort)
+# Every chapter (book/**/*.md), for `make notebooks`; hidden folders are pruned, so that JupyterLab's
+# .ipynb_checkpoints copies are not chapters (tests/convert_chapters.py, which lint, normalize and
+# nbval use, skips them the same way; tests/test_chapters.py checks both).
+CHAPTERS := $(shell find book -name '.*' -prune -o -name '*.md' -print | sort)
 # JupyterLab settings shipped with the environment: a double click opens a chapter's .md as a
 # notebook (jupytext's "Jupytext Notebook" viewer) instead of as text, and JupyterLab does not
 # ask to fetch news or check for updates (it runs offline). A user's own settings win.

@@ -422,8 +422,11 @@ def bench_icl(
 # ------------------------------------------------------------------------------------------------
 
 
-def chapters() -> list[Path]:
-    return sorted((ROOT / "book").rglob("*.md"))
+def chapters(book: Path = ROOT / "book") -> list[Path]:
+    """Every chapter, without JupyterLab's ``.ipynb_checkpoints`` copies (or any hidden folder)."""
+    return sorted(
+        p for p in book.rglob("*.md") if not any(part.startswith(".") for part in p.relative_to(book).parts)
+    )
 
 
 def bench_book(paths=None, timeout: int = 1200) -> dict:
