@@ -40,6 +40,8 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The page whose section "Run it locally" every chapter's download menu links to.
+EXECUTION_PAGE = "book/execution"
 LOGGER = logging.getLogger(__name__)
 os.environ.setdefault("MATPLOTLIBRC", str(ROOT / "lib" / "attnlab" / "attnlab.mplstyle"))
 
@@ -70,12 +72,14 @@ def _offer_notebook(app, pagename, templatename, context, doctree):
 
 
 def _run_locally_note(app, pagename, templatename, context, doctree):
+    # On the execution page itself Sphinx's pathto gives "#", which made the link "##run-it-locally".
+    page = "" if pagename == EXECUTION_PAGE else context["pathto"](EXECUTION_PAGE)
     for button in context.get("header_buttons", []):
         if button.get("label") == "download-buttons" and "ipynb_source" in context:
             button["buttons"].append(
                 {
                     "type": "link",
-                    "url": context["pathto"]("book/execution") + "#run-it-locally",
+                    "url": f"{page}#run-it-locally",
                     "text": "run it locally: make lab",
                     "icon": "fas fa-terminal",
                     "tooltip": "Run this chapter on your machine",
