@@ -379,6 +379,23 @@ def test_pdf_of_the_whole_book(browser):
         )
         assert len(list(SHOTS.glob("pdf-page-*.png"))) == 4
     assert seen["pages"] > MIN_PDF_PAGES, f"the PDF has {seen['pages']} pages"
+    # A book: bookmarks and a table of contents for every chapter, every table within the page
+    # (measured at the printed width), and no page left almost blank.
+    chapters = len(_toc_chapters())
+    assert seen["bookmarks"] >= chapters, f"{seen['bookmarks']} bookmarks for {chapters} chapters"
+    assert seen["contents"] >= chapters, f"{seen['contents']} entries in the contents for {chapters} chapters"
+    assert seen["tables"] > 0 and not seen["clipped"], (
+        f"{len(seen['clipped'])} of {seen['tables']} tables are wider than the page: {seen['clipped'][:5]}"
+    )
+    assert print_pdf.near_empty_pages(print_pdf.PDF) == [], "pages left almost blank"
+    text = (
+        subprocess.run(
+            ["pdftotext", str(print_pdf.PDF), "-"], capture_output=True, text=True, check=True, timeout=300
+        ).stdout
+        if shutil.which("pdftotext")
+        else ""
+    )
+    assert "Show code cell" not in text, "a code cell's toggle is printed"
     assert seen["typeset"] > 100 and not seen["raw"], f"raw TeX in the PDF's text: {seen['raw']}"
     assert not seen["foreign"], seen["foreign"][:3]
     if shutil.which("pdftoppm") is None:
