@@ -36,8 +36,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# A fresh build every time, so that every chapter is read and executed again.
-BUILD := rm -rf _build/html _build/.doctrees _build/jupyter_execute && $(BIN)/jupyter-book build . -W --keep-going
+# A fresh build every time, so that every chapter is read and executed again: the chapters are
+# executed on every core ($BOOK_JOBS processes; _ext/parallel_execution.py) into an emptied cache.
+BUILD := rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache && $(BIN)/jupyter-book build . -W --keep-going
 
 book: $(STAMP)
 	$(BUILD)
@@ -84,7 +85,8 @@ singlehtml: $(STAMP)
 	$(BIN)/jupyter-book build . -W --keep-going --builder singlehtml
 
 # The book as one PDF for the reading group, _build/pdf/solvable-attention.pdf: the single page
-# printed by Debian's Chromium (playwright), offline, with typeset math and the figures.
+# printed by Debian's Chromium (playwright), offline, with typeset math and the figures, bookmarks
+# and a table of contents; it fails on a table wider than the page or a page left almost blank.
 pdf: singlehtml
 	$(BIN)/python tests/print_pdf.py
 
@@ -104,7 +106,8 @@ lab: $(STAMP)
 
 # Benchmarks against baselines timed side by side in the same run (ratios); writes
 # benchmarks/RESULTS.md and the README's table. BENCH_ARGS=--quick (seconds; writes _build/benchmarks/
-# instead) or --book (also executes every chapter, a few minutes more).
+# instead), --book (also executes every chapter, a few minutes more) or --build (also times
+# `make book`'s cold execution of every chapter and `make test`).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 

@@ -16,6 +16,7 @@
 - ``_ext/static/attnlab.css``: the tables of ``attnlab.tables``, and print (wrapped code, no
   navigation, figures kept whole); ``_ext/static/favicon.svg`` is the favicon.
 - The single-page builder (``make pdf``) can write every node the HTML builder can.
+- The chapters are executed on every core before they are read (``_ext/parallel_execution.py``).
 - Every figure of every chapter gets the book's style: the kernels inherit ``MATPLOTLIBRC``
   pointing to ``lib/attnlab/attnlab.mplstyle`` (the Makefile sets it too, for nbval and
   ``make lab``).
@@ -184,6 +185,7 @@ def _add_static(app):
 
 
 def setup(app):
+    app.setup_extension("parallel_execution")
     app.connect("builder-inited", _html_handlers_for_singlehtml)
     app.connect("builder-inited", _add_static)
     app.add_css_file("attnlab.css")
