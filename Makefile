@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NBDIR := _build/nbval
-# Every chapter (book/**/*.md), for `make notebooks`.
-CHAPTERS := $(shell find book -name '*.md' | sort)
+# Every chapter (book/**/*.md), for `make notebooks`; hidden folders are pruned, so that JupyterLab's
+# .ipynb_checkpoints copies are not chapters (tests/convert_chapters.py, which lint, normalize and
+# nbval use, skips them the same way; tests/test_chapters.py checks both).
+CHAPTERS := $(shell find book -name '.*' -prune -o -name '*.md' -print | sort)
 # JupyterLab settings shipped with the environment: a double click opens a chapter's .md as a
 # notebook (jupytext's "Jupytext Notebook" viewer) instead of as text, and JupyterLab does not
 # ask to fetch news or check for updates (it runs offline). A user's own settings win.
@@ -34,8 +36,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# A fresh build every time, so that every chapter is read and executed again.
-BUILD := rm -rf _build/html _build/.doctrees _build/jupyter_execute && $(BIN)/jupyter-book build . -W --keep-going
+# A fresh build every time, so that every chapter is read and executed again: the chapters are
+# executed on every core ($BOOK_JOBS processes; _ext/parallel_execution.py) into an emptied cache.
+BUILD := rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupyter_cache && $(BIN)/jupyter-book build . -W --keep-going
 
 book: $(STAMP)
 	$(BUILD)
@@ -82,7 +85,8 @@ singlehtml: $(STAMP)
 	$(BIN)/jupyter-book build . -W --keep-going --builder singlehtml
 
 # The book as one PDF for the reading group, _build/pdf/solvable-attention.pdf: the single page
-# printed by Debian's Chromium (playwright), offline, with typeset math and the figures.
+# printed by Debian's Chromium (playwright), offline, with typeset math and the figures, bookmarks
+# and a table of contents; it fails on a table wider than the page or a page left almost blank.
 pdf: singlehtml
 	$(BIN)/python tests/print_pdf.py
 
@@ -102,7 +106,8 @@ lab: $(STAMP)
 
 # Benchmarks against baselines timed side by side in the same run (ratios); writes
 # benchmarks/RESULTS.md and the README's table. BENCH_ARGS=--quick (seconds; writes _build/benchmarks/
-# instead) or --book (also executes every chapter, a few minutes more).
+# instead), --book (also executes every chapter, a few minutes more) or --build (also times
+# `make book`'s cold execution of every chapter and `make test`).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 

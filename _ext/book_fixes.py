@@ -16,6 +16,7 @@
 - ``_ext/static/attnlab.css``: the tables of ``attnlab.tables``, and print (wrapped code, no
   navigation, figures kept whole); ``_ext/static/favicon.svg`` is the favicon.
 - The single-page builder (``make pdf``) can write every node the HTML builder can.
+- The chapters are executed on every core before they are read (``_ext/parallel_execution.py``).
 - Every figure of every chapter gets the book's style: the kernels inherit ``MATPLOTLIBRC``
   pointing to ``lib/attnlab/attnlab.mplstyle`` (the Makefile sets it too, for nbval and
   ``make lab``).
@@ -40,6 +41,8 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxRole
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The page whose section "Run it locally" every chapter's download menu links to.
+EXECUTION_PAGE = "book/execution"
 LOGGER = logging.getLogger(__name__)
 os.environ.setdefault("MATPLOTLIBRC", str(ROOT / "lib" / "attnlab" / "attnlab.mplstyle"))
 
@@ -70,12 +73,14 @@ def _offer_notebook(app, pagename, templatename, context, doctree):
 
 
 def _run_locally_note(app, pagename, templatename, context, doctree):
+    # On the execution page itself Sphinx's pathto gives "#", which made the link "##run-it-locally".
+    page = "" if pagename == EXECUTION_PAGE else context["pathto"](EXECUTION_PAGE)
     for button in context.get("header_buttons", []):
         if button.get("label") == "download-buttons" and "ipynb_source" in context:
             button["buttons"].append(
                 {
                     "type": "link",
-                    "url": context["pathto"]("book/execution") + "#run-it-locally",
+                    "url": f"{page}#run-it-locally",
                     "text": "run it locally: make lab",
                     "icon": "fas fa-terminal",
                     "tooltip": "Run this chapter on your machine",
@@ -180,6 +185,7 @@ def _add_static(app):
 
 
 def setup(app):
+    app.setup_extension("parallel_execution")
     app.connect("builder-inited", _html_handlers_for_singlehtml)
     app.connect("builder-inited", _add_static)
     app.add_css_file("attnlab.css")

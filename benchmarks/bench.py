@@ -3,7 +3,7 @@
 
 Run from the repository root (``make bench``)::
 
-    python -m benchmarks [--quick] [--book] [--out benchmarks/RESULTS.md]
+    python -m benchmarks [--quick] [--book] [--build] [--out benchmarks/RESULTS.md]
 
 Each benchmark times the library and its baseline in the same process, alternating them, and
 reports ratios; absolute times are printed only for context (the machine may be shared).
@@ -21,6 +21,12 @@ reports ratios; absolute times are printed only for context (the machine may be 
   at the same thread count, with fresh data and on a fixed batch; many models in one call against
   one at a time; its FLOP/s against a float32 matmul peak measured in the same run.
 * ``bench_book`` (``--book``): execution time of every chapter (jupytext + nbclient) and the total.
+* ``bench_build`` (``--build``): the two commands of a fresh clone, timed as a reader runs them:
+  ``make book`` (its cold execution of every chapter, as the build logs it, and its wall time)
+  and ``make test`` (wall time). Targets (issue 35): execution ≤ 5 min, ``make test`` ≤ 12 min.
+
+The README's table is this run's; a benchmark not run in this invocation keeps the row of the
+last run that measured it (``RESULTS.json``), so that ``--only build`` does not drop the others.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -422,8 +430,11 @@ def bench_icl(
 # ------------------------------------------------------------------------------------------------
 
 
-def chapters() -> list[Path]:
-    return sorted((ROOT / "book").rglob("*.md"))
+def chapters(book: Path = ROOT / "book") -> list[Path]:
+    """Every chapter, without JupyterLab's ``.ipynb_checkpoints`` copies (or any hidden folder)."""
+    return sorted(
+        p for p in book.rglob("*.md") if not any(part.startswith(".") for part in p.relative_to(book).parts)
+    )
 
 
 def bench_book(paths=None, timeout: int = 1200) -> dict:
@@ -472,6 +483,70 @@ def _execute_chapters(paths, timeout):
     return rows
 
 
+#: Issue 35's targets: every chapter executed cold by ``make book``, and ``make test``, in seconds.
+BOOK_EXECUTION_TARGET_S = 300
+MAKE_TEST_TARGET_S = 720
+
+#: The line the book build logs once every chapter has run (``_ext/parallel_execution.py``).
+_EXECUTED = re.compile(r"executed (\d+) notebooks in ([\d.]+) s on (\d+) processes")
+
+
+def run_make(target: str) -> tuple[int, str]:
+    """``make -o .venv/.installed TARGET`` in the repository; returns its exit status and output."""
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-o", ".venv/.installed", target],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    return done.returncode, done.stdout
+
+
+def bench_build(runner=run_make, clock=time.monotonic) -> dict:
+    """Time ``make book`` and ``make test`` as run from the repository (``runner(target)``).
+
+    ``make book`` removes the previous build and executes every chapter cold; its execution time
+    is the one the build logs (:data:`_EXECUTED`), its wall time includes Sphinx's reading and
+    writing. A command that fails is reported as failed, with its time.
+    """
+    out = {}
+    for target in ("book", "test"):
+        started = clock()
+        status, log = runner(target)
+        elapsed = clock() - started
+        row = {"wall": elapsed, "ok": status == 0}
+        if status != 0:
+            print(f"make {target} failed ({status}):\n{log[-2000:]}", file=sys.stderr)
+        if target == "book":
+            found = _EXECUTED.findall(log)
+            if not found:
+                raise RuntimeError(
+                    "make book did not log its execution time: is _ext/parallel_execution.py used?"
+                )
+            count, seconds, jobs = found[-1]
+            row |= {"execution": float(seconds), "notebooks": int(count), "jobs": int(jobs)}
+        out[target] = row
+    return out
+
+
+def build_rows(build_res) -> list[str]:
+    """The summary table's rows for :func:`bench_build`'s result."""
+    if not build_res:
+        return []
+    book, test = build_res["book"], build_res["test"]
+
+    def failed(row):
+        return "" if row["ok"] else " (FAILED)"
+
+    return [
+        f"| `make book`: {book['notebooks']} chapters executed cold, {book['jobs']} processes | (absolute) "
+        f"| {book['execution']:.0f} s{failed(book)} (whole build {book['wall']:.0f} s) | ≤ {BOOK_EXECUTION_TARGET_S} s |",
+        f"| `make test`, every check | (absolute) | {test['wall']:.0f} s{failed(test)} | ≤ {MAKE_TEST_TARGET_S} s |",
+    ]
+
+
 # ------------------------------------------------------------------------------------------------
 # Report.
 # ------------------------------------------------------------------------------------------------
@@ -481,8 +556,9 @@ def _g(x, fmt=".3g"):
     return format(x, fmt)
 
 
-def summary_table(se_res, pd_res, icl_res, th_res=None) -> str:
+def summary_table(se_res, pd_res, icl_res, th_res=None, build_res=None) -> str:
     lines = ["| Benchmark | Baseline | Ratio (measured side by side) | Target |", "|---|---|---|---|"]
+    lines += build_rows(build_res)
     if se_res:
         eq = se_res["equal_accuracy"]
         lines.append(
@@ -535,7 +611,9 @@ def summary_table(se_res, pd_res, icl_res, th_res=None) -> str:
     return "\n".join(lines)
 
 
-def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None, th_res=None) -> str:
+def render(
+    se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None, th_res=None, build_res=None
+) -> str:
     if load is None:
         load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     out = [
@@ -544,6 +622,7 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
         "Written by `make bench` (`python -m benchmarks"
         + (" --quick" if quick else "")
         + (" --book" if book_res else "")
+        + (" --build" if build_res else "")
         + "`); do not edit by hand. The raw numbers are in `RESULTS.json` beside it.",
         "Every ratio compares two codes timed in the same run, alternately, on the same machine.",
         "",
@@ -556,7 +635,7 @@ def render(se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=Non
         "",
         "## Summary",
         "",
-        summary_table(se_res, pd_res, icl_res, th_res),
+        summary_table(se_res, pd_res, icl_res, th_res, build_res),
         "",
     ]
     if se_res:
@@ -822,6 +901,19 @@ def cpu_table_time() -> list[str]:
     ]
 
 
+#: The parts of a run's JSON that make up the README's table, in :func:`summary_table`'s order.
+TABLE_PARTS = ("state_evolution", "phase_diagram", "icl", "thresholds", "build")
+
+
+def with_last_measured(raw: dict, previous: dict, keys: bool = False):
+    """The table's parts of ``raw``, each one not measured in this run taken from ``previous``.
+
+    Returns the parts in :data:`TABLE_PARTS` order, or (``keys=True``) ``raw`` with them filled in.
+    """
+    filled = {k: raw.get(k) if raw.get(k) is not None else previous.get(k) for k in TABLE_PARTS}
+    return {**raw, **filled} if keys else [filled[k] for k in TABLE_PARTS]
+
+
 def update_readme(table: str, readme: Path = ROOT / "README.md") -> bool:
     """Replace the block between the benchmark markers in the README with ``table``."""
     start, end = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -839,7 +931,13 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smallest configurations (smoke test, seconds)")
     parser.add_argument("--book", action="store_true", help="also execute every chapter (about ten minutes)")
     parser.add_argument(
-        "--only", choices=["se", "phase", "thresholds", "icl", "book"], action="append", help="run only these"
+        "--build", action="store_true", help="also time `make book` and `make test` (about twenty minutes)"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["se", "phase", "thresholds", "icl", "book", "build"],
+        action="append",
+        help="run only these",
     )
     parser.add_argument(
         "--out",
@@ -854,16 +952,17 @@ def main(argv=None) -> int:
     if args.render:
         raw = json.loads(Path(args.render).read_text())
         parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
-        th_res = raw.get("thresholds")
-        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"], th_res))
+        th_res, build_res = raw.get("thresholds"), raw.get("build")
+        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"], th_res, build_res))
         if not raw["quick"] and args.out == str(RESULTS):
-            update_readme(summary_table(*parts[:3], th_res))
+            update_readme(summary_table(*parts[:3], th_res, build_res))
         print(f"wrote {args.out}")
         return 0
-    which = set(args.only or ["se", "phase", "thresholds", "icl"] + (["book"] if args.book else []))
+    extra = (["book"] if args.book else []) + (["build"] if args.build else [])
+    which = set(args.only or ["se", "phase", "thresholds", "icl"] + extra)
     t0 = time.perf_counter()
     q = args.quick
-    se_res = pd_res = th_res = icl_res = book_res = None
+    se_res = pd_res = th_res = icl_res = book_res = build_res = None
     if "se" in which:
         se_res = (
             bench_state_evolution(n_nodes=2, ref_nodes=8, candidates=(2, 4), repeats=1, baseline_max_iter=5)
@@ -906,9 +1005,16 @@ def main(argv=None) -> int:
     if "book" in which:
         book_res = bench_book()
         print(f"Book: {book_res['total']:.0f} s (within 10 min: {book_res['within_10_min']})", flush=True)
+    if "build" in which:
+        build_res = bench_build()
+        print(
+            f"make book: chapters executed in {build_res['book']['execution']:.0f} s; "
+            f"make test: {build_res['test']['wall']:.0f} s",
+            flush=True,
+        )
     wall = time.perf_counter() - t0
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    text = render(se_res, pd_res, icl_res, book_res, q, wall, load, th_res)
+    text = render(se_res, pd_res, icl_res, book_res, q, wall, load, th_res, build_res)
     Path(args.out).write_text(text)
     raw = {
         "quick": q,
@@ -919,9 +1025,15 @@ def main(argv=None) -> int:
         "thresholds": th_res,
         "icl": icl_res,
         "book": book_res,
+        "build": build_res,
     }
-    Path(args.out).with_suffix(".json").write_text(json.dumps(raw, indent=1, default=float) + "\n")
+    previous_json = Path(args.out).with_suffix(".json")
+    previous = json.loads(previous_json.read_text()) if previous_json.exists() else {}
+    # The parts this run did not measure are kept from the last run that did, and named as such.
+    carried = [k for k in TABLE_PARTS if raw.get(k) is None and previous.get(k) is not None]
+    stored = with_last_measured(raw, previous, keys=True) | {"carried_over": carried}
+    previous_json.write_text(json.dumps(stored, indent=1, default=float) + "\n")
     if not q and args.out == str(RESULTS):
-        update_readme(summary_table(se_res, pd_res, icl_res, th_res))
+        update_readme(summary_table(*with_last_measured(raw, previous)))
     print(f"wrote {args.out}")
     return 0

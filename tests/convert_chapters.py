@@ -2,6 +2,12 @@
 
 Usage: ``python tests/convert_chapters.py OUTDIR``. The folder structure under ``book/`` is kept.
 The ``.md`` stays the only source; the notebooks written here are throw-away.
+
+A chapter is a ``.md`` under ``book/`` with no hidden folder (``.*``) on its path: JupyterLab's
+checkpoints (``book/part/.ipynb_checkpoints/ch-checkpoint.md``) are copies, not chapters, and
+the book build skips them too (``exclude_patterns: "**/.*"`` in ``_config.yml``). Lint,
+``make normalize``, nbval, ``make notebooks`` and the benchmarks take their chapters from here
+(the Makefile's ``CHAPTERS`` prunes the same folders).
 """
 
 from __future__ import annotations
@@ -15,15 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
 
-def chapter_paths() -> list[Path]:
-    """Every chapter of the book, in a stable order."""
-    return sorted(BOOK.rglob("*.md"))
+def chapter_paths(book: Path = BOOK) -> list[Path]:
+    """Every chapter under ``book``, in a stable order, without hidden folders' copies."""
+    return sorted(
+        p for p in book.rglob("*.md") if not any(part.startswith(".") for part in p.relative_to(book).parts)
+    )
 
 
-def convert(out: Path) -> list[Path]:
+def convert(out: Path, book: Path = BOOK) -> list[Path]:
     written = []
-    for md in chapter_paths():
-        target = out / md.relative_to(BOOK).with_suffix(".ipynb")
+    for md in chapter_paths(book):
+        target = out / md.relative_to(book).with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
         jupytext.write(jupytext.read(md), target, fmt="ipynb")
         written.append(target)

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+from convert_chapters import chapter_paths
 from jupytext.config import load_jupytext_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,8 +101,9 @@ def normalize(text: str) -> str:
     return write(nb)
 
 
-def chapters() -> list[Path]:
-    return sorted(BOOK.rglob("*.md"))
+def chapters(book: Path = BOOK) -> list[Path]:
+    """The chapters to normalise (JupyterLab's ``.ipynb_checkpoints`` copies are not chapters)."""
+    return chapter_paths(book)
 
 
 def main(argv: list[str]) -> int:

@@ -46,3 +46,34 @@ def test_smallest_benchmarks_run(tmp_path):
     assert (
         bench.update_readme("new", readme) and "new" in readme.read_text() and "old" not in readme.read_text()
     )
+
+
+def test_build_times_make_book_and_make_test_from_their_logs():
+    """``--build``'s code path, with a fake ``make`` and clock: the table's rows come from the logs."""
+    import itertools
+
+    calls, ticks = [], itertools.count(0, 100.0)
+
+    def fake_make(target):
+        calls.append(target)
+        log = (
+            "reading sources...\nexecuted 26 notebooks in 241.5 s on 2 processes\nbuild succeeded"
+            if target == "book"
+            else "ok"
+        )
+        return (0 if target == "book" else 2), log
+
+    res = bench.bench_build(runner=fake_make, clock=lambda: next(ticks))
+    assert calls == ["book", "test"]
+    assert res["book"] == {"wall": 100.0, "ok": True, "execution": 241.5, "notebooks": 26, "jobs": 2}
+    assert res["test"] == {"wall": 100.0, "ok": False}
+    rows = bench.build_rows(res)
+    assert (
+        "26 chapters executed cold, 2 processes" in rows[0]
+        and "| 242 s (whole build 100 s) | ≤ 300 s |" in rows[0]
+    )
+    assert "| 100 s (FAILED) | ≤ 720 s |" in rows[1]
+    table = bench.summary_table(*bench.with_last_measured({"build": res}, {"icl": None}))
+    assert rows[0] in table and rows[1] in table
+    with pytest.raises(RuntimeError, match="did not log its execution time"):
+        bench.bench_build(runner=lambda target: (0, "no summary"), clock=lambda: 0.0)

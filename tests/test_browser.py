@@ -39,6 +39,8 @@ HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 SINGLE = ROOT / "_build" / "singlehtml"
 MIN_PDF_PAGES = 100
+#: Pixels per inch of every figure as shown (issue 35: figures at >= 150 dpi).
+MIN_DPI = 150
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -124,12 +126,23 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     outputs = page.evaluate(
         "Array.from(document.querySelectorAll('main .cell_output pre')).map(p => p.innerText)"
     )
-    # A figure drawn wider than the column is shown scaled down, its fonts with it.
+    # A figure drawn wider than the column is shown scaled down, its fonts with it. A notebook's
+    # PNG has twice the pixels of its size on the page (attnlab.plotting.sharp_inline_figures),
+    # which its width attribute gives; an image without one is drawn at its natural width.
     wide = page.evaluate(
         """Array.from(document.querySelectorAll('main .cell_output img, main figure img'))
-             .filter(i => i.naturalWidth > 1.05 * i.getBoundingClientRect().width + 2)
-             .map(i => `${i.src.split('/').pop()} (${i.naturalWidth} px shown at ${
+             .map(i => [i, parseFloat(i.style.width) || i.naturalWidth])
+             .filter(([i, w]) => w > 1.05 * i.getBoundingClientRect().width + 2)
+             .map(([i, w]) => `${i.src.split('/').pop()} (${w} px shown at ${
                Math.round(i.getBoundingClientRect().width)} px)`)"""
+    )
+    # ... and every figure's PNG has at least MIN_DPI pixels per inch of the page (96 CSS px).
+    blurry = page.evaluate(
+        f"""Array.from(document.querySelectorAll('main .cell_output img, main figure img'))
+             .filter(i => i.src.endsWith('.png') && i.getBoundingClientRect().width > 0)
+             .filter(i => i.naturalWidth < {MIN_DPI / 96} * i.getBoundingClientRect().width - 1)
+             .map(i => `${{i.src.split('/').pop()}} (${{i.naturalWidth}} px shown at ${{
+               Math.round(i.getBoundingClientRect().width)}} px)`)"""
     )
     captions = page.evaluate(
         "Array.from(document.querySelectorAll('main figcaption')).map(c => c.innerText.trim())"
@@ -137,6 +150,10 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     buttons = page.evaluate(
         "Array.from(document.querySelectorAll('.article-header-buttons a[href], .header-article a[href]'))"
         ".map(a => a.href)"
+    )
+    # The download menu's "run it locally" link leads to that section of the execution page.
+    run_locally = page.evaluate(
+        "Array.from(document.querySelectorAll('a.btn-run-locally-button')).map(a => a.href)"
     )
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -154,8 +171,14 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "no_alt": no_alt,
         "text_tables": [t for t in outputs if _looks_like_a_table(t)],
         "wide": wide,
+        "blurry": blurry,
         "raw_captions": [c for c in captions if _raw_label(c)],
         "away": [b for b in buttons if urlparse(b).netloc not in (host, "")],
+        "run_locally": [
+            link
+            for link in run_locally
+            if (urlparse(link).path, urlparse(link).fragment) != ("/book/execution.html", "run-it-locally")
+        ],
     }
 
 
@@ -176,8 +199,10 @@ _PAGE_PROBLEMS = (
     ("foreign", "requests to other hosts"),
     ("errors", "console errors"),
     ("wide", "figures wider than the text column"),
+    ("blurry", f"figures of fewer than {MIN_DPI} dpi"),
     ("raw_captions", "captions with raw labels or markup"),
     ("away", "header buttons pointing to another host"),
+    ("run_locally", 'a "run it locally" link that does not lead to the execution page\'s section'),
 )
 
 
@@ -354,6 +379,23 @@ def test_pdf_of_the_whole_book(browser):
         )
         assert len(list(SHOTS.glob("pdf-page-*.png"))) == 4
     assert seen["pages"] > MIN_PDF_PAGES, f"the PDF has {seen['pages']} pages"
+    # A book: bookmarks and a table of contents for every chapter, every table within the page
+    # (measured at the printed width), and no page left almost blank.
+    chapters = len(_toc_chapters())
+    assert seen["bookmarks"] >= chapters, f"{seen['bookmarks']} bookmarks for {chapters} chapters"
+    assert seen["contents"] >= chapters, f"{seen['contents']} entries in the contents for {chapters} chapters"
+    assert seen["tables"] > 0 and not seen["clipped"], (
+        f"{len(seen['clipped'])} of {seen['tables']} tables are wider than the page: {seen['clipped'][:5]}"
+    )
+    assert print_pdf.near_empty_pages(print_pdf.PDF) == [], "pages left almost blank"
+    text = (
+        subprocess.run(
+            ["pdftotext", str(print_pdf.PDF), "-"], capture_output=True, text=True, check=True, timeout=300
+        ).stdout
+        if shutil.which("pdftotext")
+        else ""
+    )
+    assert "Show code cell" not in text, "a code cell's toggle is printed"
     assert seen["typeset"] > 100 and not seen["raw"], f"raw TeX in the PDF's text: {seen['raw']}"
     assert not seen["foreign"], seen["foreign"][:3]
     if shutil.which("pdftoppm") is None:

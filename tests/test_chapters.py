@@ -7,6 +7,8 @@ saving an unchanged chapter leaves ``git diff`` empty; that check runs once
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jupytext
 import normalize_chapters
 import pytest
@@ -89,3 +91,46 @@ def test_no_generated_notebooks_are_tracked():
         ["git", "ls-files", "*.ipynb"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.split()
     assert tracked == [], f"generated notebooks must not be committed: {tracked}"
+
+
+def test_jupyterlab_checkpoints_are_not_chapters(tmp_path):
+    """A ``.ipynb_checkpoints`` copy left by a lab session is not linted, normalised or executed.
+
+    In a scratch copy of ``book/`` with a checkpoint of a chapter (as JupyterLab writes it, next
+    to the chapter), every tool's list of chapters is the same as without it: the conversion that
+    lint and nbval run, ``make normalize``, the Makefile's ``CHAPTERS`` (``make notebooks``) and
+    the benchmarks' chapters.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    import convert_chapters
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import bench
+
+    book = tmp_path / "book"
+    shutil.copytree(BOOK, book, ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    chapters = sorted(p.relative_to(book) for p in book.rglob("*.md"))
+    chapter = book / chapters[-1]
+    checkpoint = chapter.parent / ".ipynb_checkpoints" / f"{chapter.stem}-checkpoint.md"
+    checkpoint.parent.mkdir()
+    shutil.copy(chapter, checkpoint)
+    assert checkpoint in set(book.rglob("*.md")), "the checkpoint copy must look like a chapter"
+
+    def relative(paths, root=book):
+        return sorted(p.relative_to(root) for p in paths)
+
+    assert relative(convert_chapters.chapter_paths(book)) == chapters
+    assert relative(normalize_chapters.chapters(book)) == chapters
+    assert relative(bench.chapters(book)) == chapters
+    converted = convert_chapters.convert(tmp_path / "nbval", book)
+    assert relative(converted, tmp_path / "nbval") == [c.with_suffix(".ipynb") for c in chapters]
+    assert not list((tmp_path / "nbval").rglob(".*")), "nbval would collect a checkpoint"
+    listed = subprocess.run(
+        ["make", "--no-print-directory", "-s", "-f", str(ROOT / "Makefile"), "-C", str(tmp_path),
+         "--eval", "print-chapters: ; @echo $(CHAPTERS)", "print-chapters"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert sorted(listed) == sorted(str(Path("book") / c) for c in chapters)

@@ -439,7 +439,7 @@ def saved_unchanged(source: Path, tmp_path: Path) -> dict[str, str]:
     import difflib
 
     root = tmp_path / "project"
-    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb"))
+    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
     shutil.copy(source / "jupytext.toml", root / "jupytext.toml")
     chapters = sorted(p.relative_to(root).as_posix() for p in (root / "book").rglob("*.md"))
     before = {name: (root / name).read_text() for name in chapters}
@@ -492,7 +492,7 @@ def ui_saved_unchanged(source: Path, tmp_path: Path, chapters=UI_CHAPTERS) -> di
     from playwright.sync_api import sync_playwright
 
     root = tmp_path / "project"
-    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb"))
+    shutil.copytree(source / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
     shutil.copy(source / "jupytext.toml", root / "jupytext.toml")
     before = {name: (root / name).read_text() for name in chapters}
     chromium = shutil.which("chromium") or "/usr/bin/chromium"

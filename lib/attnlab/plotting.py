@@ -6,6 +6,9 @@
 - :func:`fit_text_column`, run on every new pyplot figure (the style's ``figure.hooks``), keeps a
   figure within the text column: at most :data:`MAX_WIDTH` inches wide, and a row of four or
   more panels is laid out as a grid of two rows.
+- :func:`sharp_inline_figures`, the style's other ``figure.hooks`` entry, has a notebook show its
+  figures as PNGs of :data:`INLINE_DPI` dots per inch, at the size of ``figure.dpi`` (96: one
+  figure inch is one CSS inch), so that the book's and the PDF's images stay sharp.
 - :data:`STYLES`: colour, line style and marker of each categorical distinction of the book
   (``ax.plot(x, y, **plotting.STYLES["gdpp"])``), so that no two differ by colour alone.
 - :func:`loss_curve`: a loss against steps or time on a log scale.
@@ -16,6 +19,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +35,14 @@ STYLE_FILE = Path(__file__).with_name("attnlab.mplstyle")
 #: Widest figure in inches: the book's text column (672 CSS px at 96 dpi is 7 in; 6.8 leaves room
 #: for a label that the tight bounding box of the inline backend adds outside the figure).
 MAX_WIDTH = 6.8
+
+#: Dots per inch of a figure's PNG in a notebook: twice ``figure.dpi`` (96), IPython's "retina"
+#: format, which tells the page to show the image at half its pixel size.
+INLINE_DPI = 192
+
+#: The IPython shells whose figure format :func:`sharp_inline_figures` has set (once each, so that
+#: a reader's own ``set_matplotlib_formats`` later in a notebook is kept).
+_SHARP_SHELLS: set[int] = set()
 
 #: Okabe–Ito colours (colour-blind safe).
 OKABE_ITO = {
@@ -94,6 +106,23 @@ def fit_text_column(fig) -> None:
         return axes[:ncols]
 
     fig.subplots = grid_subplots
+
+
+def sharp_inline_figures(fig) -> None:
+    """Show a notebook's figures at :data:`INLINE_DPI` (a ``figure.hooks`` entry of the book's style).
+
+    In an IPython kernel, the first figure sets the inline figure format to "retina": PNGs of
+    twice ``figure.dpi`` whose width and height metadata keep their size on the page. Elsewhere
+    (a script, ``savefig``, which uses ``savefig.dpi``) it does nothing.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or id(shell) in _SHARP_SHELLS or not hasattr(shell, "kernel"):
+        return
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats("retina")
+    _SHARP_SHELLS.add(id(shell))
 
 
 def _as_numpy(name: str, x) -> np.ndarray:
