@@ -56,7 +56,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check lib tests benchmarks
 	rm -rf $(LINTDIR)
 	$(BIN)/python tests/convert_chapters.py $(LINTDIR) >/dev/null
-	$(BIN)/ruff check --config "line-length = 88" $$(find $(LINTDIR) -name '*.ipynb' | sort)
+	$(BIN)/ruff check --config "line-length = 76" $$(find $(LINTDIR) -name '*.ipynb' | sort)
 	$(BIN)/python tests/normalize_chapters.py --check
 
 # Library tests and the chapter-format checks (jupytext header, conversion), on both cores.
