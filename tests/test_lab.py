@@ -79,11 +79,12 @@ def _port_open(port: int) -> bool:
 
 
 def _scratch_project(tmp_path: Path) -> Path:
-    """A copy of what the server needs to open the chapter: the pairing config and the .md."""
+    """A copy of what the server needs to open the chapter: the pairing config, the table of contents
+    and the chapters' sources (the chapter counts the book's words to give its reading time)."""
     root = tmp_path / "project"
-    (root / "book").mkdir(parents=True)
-    shutil.copy(ROOT / "jupytext.toml", root / "jupytext.toml")
-    shutil.copy(ROOT / CHAPTER, root / CHAPTER)
+    shutil.copytree(ROOT / "book", root / "book", ignore=shutil.ignore_patterns("*.ipynb", ".*"))
+    for name in ("jupytext.toml", "_toc.yml"):
+        shutil.copy(ROOT / name, root / name)
     return root
 
 
