@@ -90,3 +90,29 @@ def test_theta_zero_is_stable_at_small_alpha():
     assert 0.4 < mc["theta"] / theta < 0.9
     sem = se.solve(0.4, 0.3, "semantic", **FAST)
     assert sem.converged and abs(sem.theta) < 1e-3
+
+
+@pytest.mark.parametrize("damping", [0.8, 0.35])
+@pytest.mark.parametrize("branch", ["semantic", "positional"])
+def test_one_plain_step_of_solve_moves_by_one_minus_the_damping(both_at_2, branch, damping):
+    # solve's iteration x <- x + (1 - damping) (G(x) - x), written out from its documented meaning
+    # ("damping is the weight of the old iterate"), near the fixed point where no step is clamped
+    from attnlab.theory.phase_transition.equations import _Problem
+    from attnlab.theory.phase_transition.fixed_point import _iterate, _residual
+    from attnlab.theory.phase_transition.prox import _check_common
+
+    fp = both_at_2[branch]
+    free = [0, 1, 2] if branch == "positional" else [0, 2, 3]
+    x0 = np.zeros(4)
+    x0[free] = np.array([fp.q, fp.m, fp.V, fp.theta])[free] * np.array([1.013, 0.991, 1.007])
+
+    def problem():
+        return _Problem(*_check_common(2.0, 0.3, 0.5, 0.01, None), 8, 1e-10, branch)
+
+    *hats, _ = problem().hats(*x0, all_starts=False, fresh=False)
+    gx = problem().overlaps(*problem().restrict(hats))
+    assert _residual(gx, x0) > 1e-4  # a real step, far above the tolerance
+    x1, *_ = _iterate(problem(), x0.copy(), damping, 1e-12, 1, 0)
+    want = x0 + (1 - damping) * (gx - x0)
+    assert np.max(np.abs((1 - damping) * (gx - x0)) / (np.abs(x0) + 0.05)) < 0.2  # not clamped
+    np.testing.assert_allclose(x1, want, rtol=1e-9, atol=1e-12)
