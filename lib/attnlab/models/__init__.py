@@ -21,14 +21,11 @@ from attnlab.models.gated_linear_transformer import GATE_FEATURES, GatedLinearTr
 from attnlab.models.gd_constructions import gd_construction, gdpp_construction, gdpp_schedule, one_step_gd
 from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.models.linear_transformer import (
-    LT_DIAG_MODES,
-    LT_PARAMS,
-    PARAMETERISATIONS,
     LinearTransformer,
-    default_init_scale,
     fast_inputs,
     spectral_inputs,
 )
+from attnlab.models.lt_params import LT_DIAG_MODES, LT_PARAMS, PARAMETERISATIONS, default_init_scale
 from attnlab.models.softmax_attention import (
     HistogramTransformer,
     PositionalLinear,
