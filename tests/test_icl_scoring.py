@@ -8,15 +8,13 @@ import torch
 from attnlab import experiments as ex
 from attnlab.experiments import Result, icl_scoring, load_result
 from attnlab.experiments.icl_scoring import (
-    TABLE1,
     held_out_adjusted,
     mean_and_se,
     misses_by,
     pick_seed,
     prompts_to_drop,
-    target_halfwidth,
-    within_target,
 )
+from attnlab.experiments.icl_table1 import TABLE1, target_halfwidth, within
 from attnlab.models import LinearTransformer
 
 
@@ -31,8 +29,8 @@ def test_pick_seed_takes_the_lowest_finite_validation_loss():
 def test_target_rule_and_misses_in_standard_errors():
     assert target_halfwidth(0.2) == pytest.approx(0.03)
     assert target_halfwidth(0.005) == 0.002  # absolute below 0.01
-    assert within_target(0.229, 0.2) and not within_target(0.231, 0.2)
-    assert within_target(0.0069, 0.005) and not within_target(0.0071, 0.005)
+    assert within(0.229, 0.2) and not within(0.231, 0.2)
+    assert within(0.0069, 0.005) and not within(0.0071, 0.005)
     assert misses_by(0.25, 0.01, 0.2) == pytest.approx(2.0)  # 0.05 off, 0.03 allowed
     assert misses_by(0.21, 0.01, 0.2) == pytest.approx(-2.0)
     with pytest.raises(ValueError, match="se"):
@@ -146,13 +144,16 @@ def _committed():
 
 def test_committed_scoring_counts_and_misses():
     df = _committed()
+    # the committed run scored the models of the CPU table, the registered configuration's
+    models = load_result("icl_scoring", "cpu").config["models"]
+    assert models == ex.get("icl_scoring").config("cpu")["models"] and len(models) == 15
     assert df.scored.value_counts().to_dict() == {"evaluation": 70, "held-out": 60, "none": 20}
     assert set(df[df.scored == "none"].index.droplevel("noise")) == {("diag", 7), ("gdpp", 7)}
     s = df[df.scored != "none"]
     for col in ("met", "met_val", "met_table"):
         assert s[col].map(type).eq(bool).all(), col
     assert [int(s[c].sum()) for c in ("met_table", "met_val", "met")] == [115, 122, 117]
-    inside = [within_target(v, p) for v, p in zip(s.score, s.paper, strict=True)]
+    inside = [within(v, p) for v, p in zip(s.score, s.paper, strict=True)]
     assert inside == s.met.tolist()
     held = s[s.scored == "held-out"]
     miss = held[~held.met.astype(bool)]

@@ -7,7 +7,7 @@ one noise distribution, its best seed) with the paper's value:
   :data:`TABLE1_NOISE` (σ_max = 0..7, then {1, 3} and {1, 3, 5}); :data:`TABLE1_BASELINES` the
   paper's ConstRR, AdaRR and TunedRR rows.
 - :func:`within`: the target, within 15% of the paper's value, or within 0.002 where the paper's
-  value is below 0.01.
+  value is below 0.01 (:func:`target_halfwidth`, its half-width).
 - :func:`cells`: a result's best-seed cells that Table 1 has, with the paper's value and the
   target.
 - :func:`label` and :data:`NAMES`: how a noise distribution and a parameterization are written.
@@ -70,13 +70,20 @@ def label(spec: str) -> str:
     return "{" + values.replace(",", ", ") + "}"
 
 
+def target_halfwidth(paper):
+    """Half-width of the target around ``paper``: 15% of it, or 0.002 where it is below 0.01."""
+    paper = np.asarray(paper, dtype=float)
+    if not (paper >= 0).all():
+        raise ValueError(f"paper must be >= 0 (an adjusted loss), got {paper}")
+    return np.where(paper >= 0.01, 0.15 * paper, 0.002)
+
+
 def within(value, paper):
-    """The target: within 15% of ``paper`` where it is at least 0.01, else within 0.002."""
+    """The target: within :func:`target_halfwidth` of ``paper`` (15%, or 0.002 below 0.01)."""
     value, paper = np.asarray(value, dtype=float), np.asarray(paper, dtype=float)
     if value.shape != paper.shape:
         raise ValueError(f"value and paper must have one shape, got {value.shape} and {paper.shape}")
-    err = np.abs(value - paper)
-    return np.where(paper >= 0.01, err <= 0.15 * paper, err <= 0.002)
+    return np.abs(value - paper) <= target_halfwidth(paper)
 
 
 def cells(result) -> pd.DataFrame:
