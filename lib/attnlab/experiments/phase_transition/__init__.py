@@ -1,7 +1,8 @@
 """Part II's experiments (pt = phase transition; paper B, Cui et al. 2024).
 
 * :mod:`.engine` – :func:`train_batched`: GD / Adam from several starts and seeds in one batch,
-  and the helpers that turn its arrays into result rows (:func:`rows_from`, :func:`summarize`);
+  the helpers that turn its arrays into result rows (:func:`rows_from`, :func:`summarize`), and
+  :func:`book_run`, the chapters' access to a book-scale experiment (committed, or run anew);
 * :mod:`.simulations` – the registered finite-d experiments ``pt_gd``, ``pt_curves``,
   ``pt_finite_d``, ``pt_adam_random``, ``pt_untied``, ``pt_value``, ``pt_correlated``,
   ``pt_metastable``;
@@ -19,6 +20,7 @@ from attnlab.experiments.phase_transition import histogram, metastable, simulati
 from attnlab.experiments.phase_transition.engine import (
     INITS,
     alpha_grid,
+    book_run,
     rows_from,
     run_alphas,
     summarize,
@@ -28,6 +30,7 @@ from attnlab.experiments.phase_transition.engine import (
 __all__ = [
     "INITS",
     "alpha_grid",
+    "book_run",
     "histogram",
     "rows_from",
     "metastable",

@@ -20,6 +20,7 @@ import math
 import numpy as np
 import torch
 
+from attnlab.experiments import Result, get, load_result, names, run
 from attnlab.models import TiedLowRankAttention, TiedLowRankAttentionWithValue, UntiedLowRankAttention
 from attnlab.tasks import phase_transition as ps
 from attnlab.train import train
@@ -39,6 +40,7 @@ OPTIMIZERS = ("gd", "adam")
 __all__ = [
     "INITS",
     "alpha_grid",
+    "book_run",
     "lowest_risk_at_overlap",
     "rows_from",
     "run_alphas",
@@ -422,3 +424,28 @@ def summarize(result, by=("alpha", "init")) -> list[dict]:
             row[col + "_se"] = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
         out.append(row)
     return out
+
+
+def book_run(name: str, **overrides) -> Result:
+    """Part II experiment ``name`` at book scale: the committed result, or a new run with ``overrides``.
+
+    Without overrides it loads the result committed with the library, prints the command that made
+    it, and checks that its configuration is the one registered for ``book`` (a stale result raises
+    ``RuntimeError``). With overrides (e.g. ``book_run("pt_untied", n_seeds=12)``) it runs the
+    experiment anew with the book configuration so changed, through :func:`attnlab.experiments.run`
+    (cached on disk; an unknown key raises ``ValueError`` there). ``name`` must be a registered
+    Part II experiment (``pt_...``), else ``ValueError``.
+    """
+    known = [n for n in names() if n.startswith("pt_")]
+    if name not in known:
+        raise ValueError(f"name must be a registered Part II experiment ({', '.join(known)}), got {name!r}")
+    if overrides:
+        return run(name, "book", overrides=overrides)
+    result = load_result(name, "book")
+    print(result.meta["command"])
+    if result.config != get(name).config("book"):
+        raise RuntimeError(
+            f"the committed {name}-book result was run with {result.config}, not the registered "
+            f"configuration {get(name).config('book')}: run it again (its command is printed above)"
+        )
+    return result
