@@ -184,3 +184,25 @@ def test_optional_cpu_scale_with_meta(tmp_path):
             ex.experiment("bad", book={"a": 1}, paper={"a": 1}, cpu={"b": 1})
     finally:
         _core._REGISTRY.pop("toy_cpu")
+
+
+def test_every_experiment_and_committed_result_is_loaded_by_the_book():
+    """Issue 35: no registered experiment or committed result that no page loads.
+
+    A name counts as loaded where a chapter or the lab notes name it as a string (``run("x",
+    ...)``, ``load_result("x", ...)``), or a library function that they call does (a list of runs
+    to splice); its own ``@experiment("x", ...)`` registration does not count.
+    """
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    lib = root / "lib" / "attnlab"
+    registration = re.compile(r'@experiment\(\s*"\w+"')
+    sources = "".join(p.read_text() for p in (root / "book").rglob("*.md"))
+    sources += "".join(registration.sub("", p.read_text()) for p in lib.rglob("*.py"))
+    ours = [n for n in ex.names() if ex.get(n).fn.__module__.startswith("attnlab.")]
+    assert len(ours) > 20
+    assert [n for n in ours if f'"{n}"' not in sources] == [], "registered but loaded by no page"
+    committed = {p.stem.rsplit("-", 1)[0] for p in (lib / "results").glob("*.csv")}
+    assert committed - set(ours) == set(), "committed results of no registered experiment"
