@@ -87,37 +87,34 @@ def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) 
     return model.requires_grad_(False)
 
 
+_DECAY_BOOK = {
+    "variants": ["none", "learned", "fixed:0.8"],
+    "n_layers": 2,
+    "noise": "uniform:3",
+    "n_seeds": 2,
+    "steps": 400,
+    "batch_size": 64,
+    "lr": 3e-3,
+    "lr_gamma": 3e-2,
+    "gamma_init": 0.8,
+    "d": 10,
+    "n": 20,
+    "n_eval": 20_000,
+    "eval_seed": 321,
+}
+
+
 @experiment(
     "icl_decay",
-    book={
-        "variants": ["none", "learned", "fixed:0.8"],
-        "n_layers": 2,
-        "noise": "uniform:3",
-        "n_seeds": 2,
-        "steps": 400,
-        "batch_size": 64,
-        "lr": 3e-3,
-        "lr_gamma": 3e-2,
-        "gamma_init": 0.8,
-        "d": 10,
-        "n": 20,
-        "n_eval": 20_000,
-        "eval_seed": 321,
-    },
+    book=_DECAY_BOOK,
     paper={
-        "variants": ["none", "learned", "fixed:0.8"],
-        "n_layers": 2,
-        "noise": "uniform:3",
+        **_DECAY_BOOK,
         "n_seeds": 5,
         "steps": 20_000,
         "batch_size": 2048,
         "lr": 1e-3,
         "lr_gamma": 1e-2,
-        "gamma_init": 0.8,
-        "d": 10,
-        "n": 20,
         "n_eval": 100_000,
-        "eval_seed": 321,
     },
     description="Linear attention with decayed keys (RetNet-like), learned or fixed decay (chapter 05)",
 )
