@@ -612,8 +612,18 @@ def summary_table(se_res, pd_res, icl_res, th_res=None, build_res=None) -> str:
 
 
 def render(
-    se_res, pd_res, icl_res, book_res, quick: bool, wall: float, load=None, th_res=None, build_res=None
+    se_res,
+    pd_res,
+    icl_res,
+    book_res,
+    quick: bool,
+    wall: float,
+    load=None,
+    th_res=None,
+    build_res=None,
+    carried=(),
 ) -> str:
+    """The Markdown report; ``carried`` names the parts kept from an earlier run (not measured now)."""
     if load is None:
         load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     out = [
@@ -621,8 +631,8 @@ def render(
         "",
         "Written by `make bench` (`python -m benchmarks"
         + (" --quick" if quick else "")
-        + (" --book" if book_res else "")
-        + (" --build" if build_res else "")
+        + (" --book" if book_res and "book" not in carried else "")
+        + (" --build" if build_res and "build" not in carried else "")
         + "`); do not edit by hand. The raw numbers are in `RESULTS.json` beside it.",
         "Every ratio compares two codes timed in the same run, alternately, on the same machine.",
         "",
@@ -631,7 +641,12 @@ def render(
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min). Absolute times on a shared machine are "
         "only indicative; the ratios are what the benchmarks measure.",
         "- No GPU was available: every number here is CPU-only. `--device cuda` paths are not benchmarked.",
-        f"- Wall time of this run: {wall:.0f} s.",
+        f"- Wall time of this run: {wall:.0f} s."
+        + (
+            f" Not measured in this run, kept from the last run that measured them: {', '.join(carried)}."
+            if carried
+            else ""
+        ),
         "",
         "## Summary",
         "",
@@ -953,7 +968,9 @@ def main(argv=None) -> int:
         raw = json.loads(Path(args.render).read_text())
         parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
         th_res, build_res = raw.get("thresholds"), raw.get("build")
-        Path(args.out).write_text(render(*parts, raw["quick"], raw["wall"], raw["load"], th_res, build_res))
+        carried = raw.get("carried_over", [])
+        text = render(*parts, raw["quick"], raw["wall"], raw["load"], th_res, build_res, carried=carried)
+        Path(args.out).write_text(text)
         if not raw["quick"] and args.out == str(RESULTS):
             update_readme(summary_table(*parts[:3], th_res, build_res))
         print(f"wrote {args.out}")
@@ -1014,8 +1031,6 @@ def main(argv=None) -> int:
         )
     wall = time.perf_counter() - t0
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    text = render(se_res, pd_res, icl_res, book_res, q, wall, load, th_res, build_res)
-    Path(args.out).write_text(text)
     raw = {
         "quick": q,
         "wall": wall,
@@ -1029,9 +1044,13 @@ def main(argv=None) -> int:
     }
     previous_json = Path(args.out).with_suffix(".json")
     previous = json.loads(previous_json.read_text()) if previous_json.exists() else {}
-    # The parts this run did not measure are kept from the last run that did, and named as such.
-    carried = [k for k in TABLE_PARTS if raw.get(k) is None and previous.get(k) is not None]
-    stored = with_last_measured(raw, previous, keys=True) | {"carried_over": carried}
+    # The parts this run did not measure are kept from the last run that did, and named as such,
+    # in the JSON, the report and the README's table alike.
+    carried = [k for k in (*TABLE_PARTS, "book") if raw.get(k) is None and previous.get(k) is not None]
+    stored = raw | {k: previous[k] for k in carried} | {"carried_over": carried}
+    parts = [stored[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
+    text = render(*parts, q, wall, load, stored["thresholds"], stored["build"], carried=carried)
+    Path(args.out).write_text(text)
     previous_json.write_text(json.dumps(stored, indent=1, default=float) + "\n")
     if not q and args.out == str(RESULTS):
         update_readme(summary_table(*with_last_measured(raw, previous)))

@@ -75,5 +75,9 @@ def test_build_times_make_book_and_make_test_from_their_logs():
     assert "| 100 s (FAILED) | ≤ 720 s |" in rows[1]
     table = bench.summary_table(*bench.with_last_measured({"build": res}, {"icl": None}))
     assert rows[0] in table and rows[1] in table
+    report = bench.render(None, None, None, None, quick=False, wall=1.0, build_res=res, carried=["icl"])
+    assert "--build`" in report and "kept from the last run that measured them: icl." in report
+    carried = bench.render(None, None, None, None, quick=False, wall=1.0, build_res=res, carried=["build"])
+    assert "--build`" not in carried and rows[0] in carried
     with pytest.raises(RuntimeError, match="did not log its execution time"):
         bench.bench_build(runner=lambda target: (0, "no summary"), clock=lambda: 0.0)
