@@ -57,6 +57,7 @@ def test_longer_models_seed_choice_closeness_and_spread(runs):
     assert recipe.cell_names(rest.iloc[:1]).startswith("FULL 3L at U(0, ")
     bv = recipe.seed_choice(runs["cpu"])
     assert (bv["cells"], bv["differ"], bv["met_e"], bv["met_v"]) == (80, 55, 65, 57)
+    assert bv["n_models"] == 8
     assert bv["median"] == pytest.approx(1.00129, rel=1e-4)
     close = recipe.closeness(runs["cpu"], runs["paper"])
     assert close["met, CPU"].tolist() == [3, 29] and close["met, reduced"].tolist() == [0, 0]
