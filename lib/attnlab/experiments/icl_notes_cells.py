@@ -45,8 +45,9 @@ def _start(cpu_run):
     return cells(cpu_run), per_model(cpu_run.config["lr"], "full", 7)
 
 
-def _span(glue: dict, name: str, values) -> None:
-    glue[f"{name}_lo"], glue[f"{name}_hi"] = np.min(values).item(), np.max(values).item()
+def _span(glue: dict, **values) -> None:
+    for name, v in values.items():
+        glue[f"{name}_lo"], glue[f"{name}_hi"] = np.min(v).item(), np.max(v).item()
 
 
 def full7_rates(cpu_run) -> SimpleNamespace:
@@ -56,13 +57,13 @@ def full7_rates(cpu_run) -> SimpleNamespace:
     fr, sw = (pd.DataFrame(_result(n).rows) for n in ("icl_full7_rates", "icl_full7_sweep"))
     fr["ratio"] = fr.adjusted_trimmed / fr.noise.map(PAPER7)
     sw["ratio"] = sw.adjusted_val / sw.noise.map(PAPER7)
-    rows = []
+    rows = {}
     for df, name in ((fr, "6,000"), (sw, "48,000, cosine")):
-        for a, g in df.groupby("lr"):
-            row = g.groupby("noise").ratio.min().rename(label)
-            row["diverged"] = int(g.diverged.sum())
-            rows.append(row.rename(f"{name}, {a:.0e}"))
-    ns = SimpleNamespace(table=pd.DataFrame(rows).rename_axis("steps, rate"), glue=(g := {}))
+        for a, grp in df.groupby("lr"):
+            row = grp.groupby("noise").ratio.min().rename(label).to_dict()
+            rows[f"{name}, {a:.0e}"] = row | {"diverged": grp.diverged.sum()}
+    table = pd.DataFrame.from_dict(rows, "index").rename_axis("steps, rate")
+    ns = SimpleNamespace(table=table, glue=(g := {}))
     low, mid, fast = (fr[fr.lr == r] for r in sorted(fr.lr.unique()))
     ns.low, ns.mid = (d.groupby("noise").ratio.min() for d in (low, mid))
     best = fr.groupby(["noise", "lr"]).adjusted.min().reset_index()
@@ -71,8 +72,7 @@ def full7_rates(cpu_run) -> SimpleNamespace:
     choice = lr_choice(sw, current=lr0, rerun_lr_factor=cpu_run.config["rerun_lr_factor"]).loc[("full", 7)]
     ns.chosen, ns.current, ns.rate = choice.chosen, choice.current, rate7
     ns.sweep_fast_diverged = sw[sw.lr == sw.lr.max()].diverged
-    _span(g, "f7_mid", ns.mid)
-    _span(g, "f7_low", ns.low)
+    _span(g, f7_mid=ns.mid, f7_low=ns.low)
     g["f7_div_mid"], g["f7_out_mid"] = int(mid.diverged.sum()), int(mid.outliers.sum())
     g["f7sw_gain"] = float(choice[f"score@{rate7 / 3:.3g}"] / choice[f"score@{rate7:.3g}"])
     return ns
@@ -102,9 +102,8 @@ def full7_steps(cpu_run) -> SimpleNamespace:
     ok64 = within(f64best, t7.paper.loc[f64best.index])
     ns.f64_diverged, ns.f64_peak = f64t.diverged, curves.groupby(["noise", "seed"]).train_loss.max()
     finite = np.isfinite(lrows.adjusted)
-    _span(g, "fl_miss", (long_.ours / long_.paper)[~long_.met])
-    _span(g, "fs", (short.ours / short.paper).drop("uniform:0"))
-    _span(g, "t7_miss", (t7.ours / t7.paper)[~t7.met])
+    _span(g, fl_miss=(long_.ours / long_.paper)[~long_.met], t7_miss=(t7.ours / t7.paper)[~t7.met])
+    _span(g, fs=(short.ours / short.paper).drop("uniform:0"))
     g["fl_met"], g["t7_met"], g["fl_runs"] = int(long_.met.sum()), int(t7.met.sum()), len(lrows)
     g["fl_inf"], g["fl_out"] = int((~finite).sum()), int((lrows.outliers & finite).sum())
     g["t7_gain_hi"] = float((long_.ours / t7.ours).drop("uniform:0").max())
@@ -165,12 +164,9 @@ def eval_sets(cpu_run) -> SimpleNamespace:
         ns.set0_rel = max(ns.set0_rel, float(rel))
     t3 = es[es.source.isin(list(AGAIN))].copy()
     t3["model"] = [f"{NAMES[p]} {L}L" for p, L in zip(t3.param, t3.n_layers, strict=True)]
-    t3["paper"] = [
-        TABLE1[k[:2]][TABLE1_NOISE.index(k[2])] for k in zip(*(t3[k] for k in KEY[:3]), strict=True)
-    ]
-    pick = t3.loc[t3.groupby(["model", "noise", "set"]).adjusted.idxmin()].set_index(
-        ["model", "noise", "set"]
-    )
+    t3["paper"] = [TABLE1[(p, L)][TABLE1_NOISE.index(n)] for p, L, n in t3[KEY[:3]].itertuples(False)]
+    cell = ["model", "noise", "set"]
+    pick = t3.loc[t3.groupby(cell).adjusted.idxmin()].set_index(cell)
     order = pd.MultiIndex.from_product([MODELS, TABLE1_NOISE], names=["model", "noise"])
     ratio = (pick.adjusted / pick.paper).unstack("set").loc[order]
     fresh, paper = ratio.drop(columns=0), pick.paper.unstack("set")[0].loc[order]
@@ -189,7 +185,7 @@ def eval_sets(cpu_run) -> SimpleNamespace:
     worst = pick.reset_index()  # the best of five per model, noise and set
     ns.heavy = (worst.worst_share > 0.05).groupby(worst.set).sum()
     ns.common = worst.groupby("set").worst_index.agg(lambda v: v.value_counts().iloc[:3].sum())
-    f0 = t3[(t3.model == "FULL 3L") & (t3.noise == "uniform:0") & (t3.set == 0)]
+    f0 = t3.query("model == 'FULL 3L' and noise == 'uniform:0' and set == 0")
     ns.f0_trimmed = f0.adjusted_trimmed / f0.paper
     ns.f0_miss = int((~met.loc[("FULL 3L", "uniform:0"), fresh.columns]).sum())
     ns.d3_picked, ns.d3_other = {}, {}  # |trimmed / paper - 1| of the picked seed, of the best
@@ -207,7 +203,7 @@ def eval_sets(cpu_run) -> SimpleNamespace:
     g["es_sets"], g["es_models"] = ns.n_fresh, len(ns.spread)
     for m, tag in zip(MODELS, ("es", "es_f", "es_f7"), strict=True):
         g[f"{tag}_met0"] = int(ns.met_sets.loc[m, 0])
-        _span(g, f"{tag}_met", ns.met_sets.loc[m].drop(0))
+        _span(g, **{f"{tag}_met": ns.met_sets.loc[m].drop(0)})
     g["es_heavy0"], g["es_heavy_hi"] = int(ns.heavy[0]), int(ns.heavy.drop(0).max())
     g["es_trim_max"], g["es_mean_max"] = float(ns.spread.trimmed.max()), float(ns.spread["mean"].max())
     return ns
@@ -271,18 +267,19 @@ def retraining(cpu_run) -> SimpleNamespace:
     a, b = new.adjusted.astype(float), old.adjusted.astype(float)
     change = (a / b - 1).abs().fillna(0.0)  # 0 where diverged both times, inf where once:
     change = change.where(np.isfinite(a) == np.isfinite(b), np.inf)
-    by = ["param", "n_layers"]
     rerun = pd.Series(~np.isclose(new.lr.astype(float), old.lr.astype(float)), new.index)
     once = new.diverged.astype(bool) != old.diverged.astype(bool)
-    first, second = (df.groupby(level=[*by, "noise"]).adjusted.min() for df in (old, new))
+    first, second = (df.groupby(level=KEY[:3]).adjusted.min() for df in (old, new))
     in_t1 = [k[:2] in TABLE1 for k in first.index]
     paper = [TABLE1.get(k[:2], [1.0] * 10)[TABLE1_NOISE.index(k[2])] for k in first.index]
     met1, met2 = (pd.Series(within(v, paper), v.index)[in_t1] for v in (first, second))
-    sums = [s.groupby(level=by).sum() for s in (change > 1e-3, once, rerun, met1, met2)]
-    stats = [change.groupby(level=by).median(), change.groupby(level=by).max(), *sums]
+    sums = [s.groupby(level=KEY[:2]).sum() for s in (change > 1e-3, once, rerun, met1, met2)]
+    stats = [change.groupby(level=KEY[:2]).median(), change.groupby(level=KEY[:2]).max(), *sums]
     cols = ["median change", "largest change", "runs > 0.1% apart", "diverged once", "re-run once"]
     redo = pd.DataFrame(dict(zip([*cols, "met, first", "met, again"], stats, strict=True)))
     redo.index = pd.Index([f"{NAMES[p]} {L}L" for p, L in redo.index], name="model")
+    for c in ("met, first", "met, again"):  # "–": not in Table 1
+        redo[c] = [f"{v:.0f}" if v == v else "–" for v in redo[c]]
     kept = [("diag", 7), ("gdpp", 7)]  # the table's cells from this run
     ours = pd.concat([cpu[(cpu.param == p) & (cpu.L == L)].ours for p, L in kept])
     firsts = pd.concat([first.loc[k] for k in kept])
