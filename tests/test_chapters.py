@@ -76,6 +76,15 @@ def test_jupytext_round_trip_leaves_no_diff(path):
     )
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=[str(p.relative_to(BOOK)) for p in CHAPTERS])
+def test_every_page_reads_in_one_sitting(path):
+    """Issue 35: every page of the book, lab notes included, is at most 6,000 words (prose and
+    code, as ``wc -w`` counts them: what the chapters' reading times are computed from)."""
+    from attnlab.reading import words
+
+    assert words(path) <= 6000, f"{path.relative_to(ROOT)} has {words(path):,} words"
+
+
 def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     listed = set(_toc_files(toc))

@@ -136,7 +136,7 @@ def full7_schedule(cpu_run) -> SimpleNamespace:
     ns = SimpleNamespace(table=shown, longer_diverged=f8.diverged, glue=(g := {}))
     ns.longer_change = (f8.adjusted / s1.adjusted)[same]
     ns.cos_diverged1, ns.cos_gain = cos48.xs(1, level="seed").diverged, (wsd24 / cos48.t)[pair]
-    g["f8_div"], g["f8_cells"], g["f8_gain"] = int(f8.diverged.sum()), len(f8), ns.longer_change.min()
+    g["f8_div"], g["f8_cells"], g["f8_gain"] = int(f8.diverged.sum()), len(f8), float(ns.longer_change.min())
     g["fsch_div1"], g["fsch_pairs"] = int(ns.cos_diverged1.sum()), int(pair.sum())
     g["fsch_gain_lo"], g["fsch_short_pairs"] = float((ns.cos_gain - 1).min() * 100), int(short.sum())
     g["fsch_short_lower"] = int((cos24 < wsd24)[short].sum())
