@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
 
 import jupytext
 import myst_nb
@@ -19,7 +20,7 @@ import pytest
 from convert_chapters import BOOK
 
 from attnlab.experiments import run
-from attnlab.reading import WORDS_PER_MINUTE, book_dir, minutes, sections, subsections, words
+from attnlab.reading import WORDS_PER_MINUTE, book_dir, minutes, words
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
 from attnlab.theory import phase_transition as se
@@ -102,23 +103,13 @@ six
 """
 
 
-def test_words_leave_out_optional_sections_and_refuse_unknown_ones(tmp_path):
+def test_words_count_as_wc_does_code_included(tmp_path):
     path = tmp_path / "ch.md"
     path.write_text(MD)
-    total = len(MD.split())
-    assert [s[0] for s in sections(MD)] == ["One", "One a", "Two"]
-    assert words(path) == total
-    one = "## One\n\none two three\n\n```python\n## not a heading\nx = 1\n```\n\n### One a\n\nfour five\n"
-    assert words(path, ["One"]) == total - len(one.split())
-    assert words(path, ["One a"]) == total - 5  # "### One a four five"
-    assert words(path, ["One a", "Two"]) == total - 5 - 3
-    assert subsections(path, "One") == ["One a"]
-    for bad in (["Three"], "One"):
-        with pytest.raises(ValueError, match="optional"):
-            words(path, bad)
-    path.write_text(MD + "\n## Two\n\nseven\n")
-    with pytest.raises(ValueError, match="exactly once"):
-        words(path, ["Two"])
+    wc = subprocess.run(["wc", "-w", str(path)], capture_output=True, text=True, check=True)
+    assert words(path) == int(wc.stdout.split()[0]) == 27
+    with pytest.raises(ValueError, match="path must be a chapter's source file"):
+        words(tmp_path / "missing.md")
     assert minutes(WORDS_PER_MINUTE * 2) == 2
 
 
@@ -149,11 +140,9 @@ def test_every_session_reads_in_an_hour_and_the_guide_names_its_chapters(monkeyp
         end = heads[k + 1].start() if k + 1 < len(heads) else len(text)
         block = text[h.start() : end]
         pre = block[: block.index("**Goals.**")]
-        for chapter, optional in sessions[int(h.group(1))].items():
+        for chapter in sessions[int(h.group(1))]:
             assert f"{{doc}}`{chapter}`" in pre, (h.group(1), chapter)
             assert f"book/{chapter}" in pre, (h.group(1), chapter)  # exec-time
-            for title in optional:  # each optional section is named in its session
-                assert f'"{title}"' in " ".join(pre.split()), (h.group(1), title)
 
 
 # --- change live -----------------------------------------------------------------------------
