@@ -347,21 +347,21 @@ def icl_beyond(config: dict, device: str) -> list[dict]:
     return _rows(config, device)
 
 
+#: The variants below train icl_beyond's gated models on per-token noise only.
+_GATED_ONLY = {"gated_noise": ["token:0.5,5@0.8,0.2"], "depth_depths": [], "gdpp_depths": []}
+
+
 @experiment(
     "icl_beyond_gate_lr",
     book={
         **_BOOK,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        **_GATED_ONLY,
         "gate_lr": 1e-2,
-        "depth_depths": [],
-        "gdpp_depths": [],
     },
     paper={
         **_PAPER,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        **_GATED_ONLY,
         "gate_lr": 1e-2,
-        "depth_depths": [],
-        "gdpp_depths": [],
     },
     description="icl_beyond's gated models on per-token noise with a 10x learning rate for the gates",
 )
@@ -373,17 +373,13 @@ def icl_beyond_gate_lr(config: dict, device: str) -> list[dict]:
     "icl_beyond_gated_long",
     book={
         **_BOOK,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
-        "depth_depths": [],
-        "gdpp_depths": [],
+        **_GATED_ONLY,
         "keep_omegas": True,
     },
     paper={
         **_PAPER,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
+        **_GATED_ONLY,
         "steps": 9000,
-        "depth_depths": [],
-        "gdpp_depths": [],
         "keep_omegas": True,
     },
     description="icl_beyond's gated models on per-token noise, trained three times longer, with their omegas",
@@ -396,17 +392,13 @@ def icl_beyond_gated_long(config: dict, device: str) -> list[dict]:
     "icl_beyond_gated_normalised",
     book={
         **_BOOK,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
-        "depth_depths": [],
-        "gdpp_depths": [],
+        **_GATED_ONLY,
         "keep_omegas": True,
         "gate_features": "normalised",
     },
     paper={
         **_PAPER,
-        "gated_noise": ["token:0.5,5@0.8,0.2"],
-        "depth_depths": [],
-        "gdpp_depths": [],
+        **_GATED_ONLY,
         "keep_omegas": True,
         "gate_features": "normalised",
     },
