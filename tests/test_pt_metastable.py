@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnlab.experiments import load_result
-from attnlab.experiments.phase_transition.metastable import POINT_NAMES, metastable_runs
+from attnlab.pages.phase_transition import POINT_NAMES, metastable_runs
 
 
 def test_metastable_runs_names_every_run_and_takes_its_own_order_parameter():

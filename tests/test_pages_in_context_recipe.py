@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from attnlab.experiments import icl_notes_recipe as recipe
+from attnlab.pages import in_context_recipe as recipe
 from attnlab.experiments import load_result, run
 
 

@@ -6,7 +6,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from attnlab.experiments import icl_notes_basins as nb
+from attnlab.pages import in_context_basins as nb
 from attnlab.experiments import load_result
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from attnlab.experiments import icl_notes_cells as nc
+from attnlab.pages import in_context_cells as nc
 from attnlab.experiments import load_result
 
 
