@@ -87,7 +87,7 @@ def test_asymptotic_rate_closed_form_equals_the_hessian_and_the_measured_decay()
     rng = np.random.default_rng(2)
     Q0, v0 = 0.8 * rng.standard_normal((d, d)), 0.8 * rng.standard_normal(d)
     Q_inf, v_inf = dn.limit_point(Q0, v0, M)
-    predicted = dn.asymptotic_rate_df(dn.delta(Q0, v0), np.linalg.norm(M, axis=0))
+    predicted = dn.asymptotic_rate_df(Q0, v0, M)
     assert abs(dn.asymptotic_rate(Q_inf, v_inf, M) - predicted) < 1e-9
     t = np.linspace(0, 60, 601)
     Q_t, v_t = dn.gradient_flow(Q0, v0, M, t)
@@ -97,6 +97,65 @@ def test_asymptotic_rate_closed_form_equals_the_hessian_and_the_measured_decay()
     assert abs(measured / predicted - 1) < 0.02
 
 
+def measured_rate(Q0, v0, M, t_end):
+    t = np.linspace(0, t_end, 2001)
+    Q_t, v_t = dn.gradient_flow(Q0, v0, M, t, rtol=1e-13, atol=1e-16)
+    L = dn.l_df(Q_t, v_t, M)
+    sel = (L < 1e-9) & (L > 1e-16)
+    return -np.polyfit(t[sel], np.log(L[sel]), 1)[0]
+
+
+def test_a_column_parallel_to_its_target_decays_at_its_own_rate():
+    # prop-rate: the first column is parallel to m_1 and has the most negative delta; its slow
+    # direction (rate 2 v_1(inf)^2 = 0.220) is never excited, so the second column sets the rate
+    M = np.eye(2)
+    Q0, v0 = np.array([[3.0, 0.3], [0.0, 0.5]]), np.array([0.1, 0.5])
+    dk = dn.delta(Q0, v0)
+    v_inf2 = (dk + np.sqrt(dk**2 + 4)) / 2
+    assert abs(2 * v_inf2.min() - 0.2198) < 1e-4  # the Hessian's slowest rate: not what happens
+    predicted = dn.asymptotic_rate_df(Q0, v0, M)
+    assert abs(predicted - 2 * v_inf2[1]) < 1e-12 and abs(predicted - 1.912) < 1e-3
+    assert abs(measured_rate(Q0, v0, M, 25.0) / predicted - 1) < 0.02
+    rates = dn.column_rates_df(dk, 1.0, [True, False])
+    assert abs(rates[0] - 2 * np.sqrt(dk[0] ** 2 + 4)) < 1e-12  # the parallel column: 2 gamma_1
+    # with any orthogonal part in the first column, its slow direction takes over
+    Q1 = Q0.copy()
+    Q1[1, 0] = 1e-3
+    dk1 = dn.delta(Q1, v0)[0]
+    slow = dn.asymptotic_rate_df(Q1, v0, M)
+    assert abs(slow - (dk1 + np.sqrt(dk1**2 + 4))) < 1e-12
+    assert abs(measured_rate(Q1, v0, M, 150.0) / slow - 1) < 0.02
+
+
+def test_a_zero_target_column_decays_at_twice_its_imbalance():
+    M = np.diag([1.0, 0.0])
+    Q0, v0 = np.array([[0.4, 0.3], [0.2, -0.5]]), np.array([0.7, 0.9])  # delta_2 = 0.81 - 0.34
+    predicted = dn.asymptotic_rate_df(Q0, v0, M)
+    assert abs(predicted - 2 * dn.delta(Q0, v0)[1]) < 1e-12
+    assert abs(measured_rate(Q0, v0, M, 40.0) / predicted - 1) < 0.02
+
+
+def test_rate_constant_is_the_rate_of_gaussian_starts_and_creeps_towards_one():
+    d, sigma, n = 6, 1.0, 3000
+    drawn = dn.rate_constant(d, sigma, n_draws=n, seed=0)
+    rng = np.random.default_rng(1)
+    starts = [(sigma * rng.standard_normal((d, d)), sigma * rng.standard_normal(d)) for _ in range(n)]
+    direct = np.array([dn.asymptotic_rate_df(Q0, v0, np.eye(d)) for Q0, v0 in starts])
+    direct *= (d - 1) * sigma**2 / 2
+    for q in (0.1, 0.5, 0.9):  # the same distribution: quantiles agree within sampling error
+        assert abs(np.quantile(drawn, q) - np.quantile(direct, q)) < 0.03
+    assert np.array_equal(drawn, dn.rate_constant(d, sigma, n_draws=n, seed=0))
+    med, spread = [], []
+    for dd in (6, 26, 100, 1000):
+        r = dn.rate_constant(dd, sigma, n_draws=2000, seed=2)
+        med.append(np.median(r))
+        spread.append(np.quantile(r, 0.9) - np.quantile(r, 0.1))
+    assert np.all(np.diff(med) > 0) and np.all(np.diff(spread) < 0) and med[-1] < 1
+    assert abs(med[0] - 0.52) < 0.03 and abs(med[-1] - 0.87) < 0.01
+    # the constant is a distribution, not the range "0.55-0.58" of two draws: few draws fall in it
+    assert np.mean((drawn > 0.55) & (drawn < 0.58)) < 0.1
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -104,6 +163,12 @@ def test_asymptotic_rate_closed_form_equals_the_hessian_and_the_measured_decay()
         (lambda: dn.bound_rate_tf(np.zeros((3, 3)), np.zeros(3), np.eye(3), 5), "Q, v"),
         (lambda: dn.bound_rate_tf(np.eye(3), np.ones(3), np.eye(3), 1), "S"),
         (lambda: dn.asymptotic_rate(np.eye(2), np.zeros(2), np.eye(2)), "minimum"),
+        (lambda: dn.asymptotic_rate_df(np.zeros((2, 2)), np.zeros(2), np.eye(2)), "saddle"),
+        (lambda: dn.asymptotic_rate_df(np.eye(2), np.ones(2), np.eye(2), rtol=-1.0), "rtol"),
+        (lambda: dn.column_rates_df([0.0], [-1.0], [False]), "m_norm"),
+        (lambda: dn.rate_constant(1, 1.0, n_draws=10), "d"),
+        (lambda: dn.rate_constant(3, 0.0, n_draws=10), "sigma"),
+        (lambda: dn.rate_constant(3, 1.0, n_draws=0), "n_draws"),
     ],
 )
 def test_bad_input(call, match):

@@ -257,8 +257,8 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
         Q0, v0 = sigma * rng.standard_normal((d, d)), sigma * rng.standard_normal(d)
         dk = dn.delta(Q0, v0)
         mean_delta = -(d - 1) * sigma**2
-        if S is None:
-            col_rates = dk + np.sqrt(dk**2 + 4)  # 2 v_k(inf)^2, ||m_k|| = 1
+        if S is None:  # eq-rate: no column of a random start is parallel to its m_k
+            col_rates = dn.column_rates_df(dk, np.linalg.norm(M, axis=0), parallel=False)
             k = int(np.argmin(col_rates))
             predicted = float(col_rates[k])
         else:

@@ -48,9 +48,11 @@ from attnlab.theory.diagonal_net.rates import (
     asymptotic_rate_df,
     bound_rate_df,
     bound_rate_tf,
+    column_rates_df,
     exponential_bound_df,
     exponential_bound_tf,
     hessian,
+    rate_constant,
 )
 from attnlab.theory.diagonal_net.reduction import (
     delta,
@@ -91,6 +93,8 @@ __all__ = [
     "hessian",
     "asymptotic_rate",
     "asymptotic_rate_df",
+    "column_rates_df",
+    "rate_constant",
     "column_matrix",
     "column_flow",
 ]
