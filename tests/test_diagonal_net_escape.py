@@ -79,3 +79,41 @@ def test_sign_df_reduces_to_r_on_aligned_starts_and_to_the_sign_rule_from_small_
     assert dn.sign_df(Q1, v1, np.eye(d))[0] == 0
     with pytest.raises(ValueError, match="saddle"):
         dn.limit_point(Q1, v1, np.eye(d))
+
+
+def test_escape_alignment_holds_for_columns_that_escape_early_not_for_every_draw():
+    # From sigma = 1e-4 on l_tf (d = 6, N = 10), q_k leaves the plateau along c_hat_k: to |cos| >
+    # 0.999 on the book's draw (seed 0), but not on every draw. A column with a small |r_k(0)|
+    # escapes late, and it is the least aligned one of its draw.
+    d6, sigma = 6, 1e-4
+    S = th.count_moments(10, d6)
+    M = th.histogram_matrix(d6)
+
+    def start(seed):
+        rng = np.random.default_rng(seed)
+        return sigma * rng.standard_normal((d6, d6)), sigma * rng.standard_normal(d6)
+
+    assert dn.escape_alignment(*start(0), M, S).min() > 0.999  # the book's draw
+    for task, seed, below in (("histogram", 14, 0.95), ("next_letter", 15, 0.1)):
+        M = th.task_matrix(task, d6)
+        Q0, v0 = start(seed)
+        cos = dn.escape_alignment(Q0, v0, M, S)
+        r0 = np.abs(dn.escape_coordinates(Q0, v0, M, S)) / sigma
+        assert cos.min() < below  # the claim "|cos| > 0.999 from sigma = 1e-4" fails here
+        assert np.argmin(cos) == np.argmin(r0) and r0.min() < 0.05
+        assert np.all(cos[r0 >= 0.2] > 0.999)
+    # on l_df the escape direction is m_hat_k
+    Q0, v0 = start(0)
+    assert dn.escape_alignment(Q0, v0, np.eye(d6)).min() > 0.999
+    with pytest.raises(ValueError, match="fraction"):
+        dn.escape_alignment(Q0, v0, np.eye(d6), fraction=1.5)
+
+
+def test_escape_coordinates_are_the_projection_on_c_hat_plus_v():
+    M, S = th.task_matrix("classes", d), th.count_moments(N, d)
+    rng = np.random.default_rng(5)
+    Q0, v0 = rng.standard_normal((d, d)), rng.standard_normal(d)
+    C = dn.escape_matrix(M, S)
+    r = dn.escape_coordinates(Q0, v0, M, S)
+    assert np.allclose(r, [C[:, k] @ Q0[:, k] / np.linalg.norm(C[:, k]) + v0[k] for k in range(d)])
+    assert np.array_equal(np.sign(r), dn.sign_rule(Q0, v0, M, S))

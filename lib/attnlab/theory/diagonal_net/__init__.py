@@ -40,7 +40,14 @@ from attnlab.theory.diagonal_net.closed_form import (
     riccati_z,
     rs_solution,
 )
-from attnlab.theory.diagonal_net.escape import escape_matrix, escape_rates, sign_df, sign_rule
+from attnlab.theory.diagonal_net.escape import (
+    escape_alignment,
+    escape_coordinates,
+    escape_matrix,
+    escape_rates,
+    sign_df,
+    sign_rule,
+)
 from attnlab.theory.diagonal_net.flow import gradient_descent, gradient_flow, gradient_flow_tf, plateau_time
 from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point
 from attnlab.theory.diagonal_net.rates import (
@@ -88,6 +95,8 @@ __all__ = [
     "verify_limit_point",
     "escape_matrix",
     "escape_rates",
+    "escape_coordinates",
+    "escape_alignment",
     "sign_rule",
     "sign_df",
     "hessian",

@@ -1,9 +1,10 @@
-"""Escape of the diagonal network from a small initialisation (chapter 3).
+"""Escape of the diagonal network from a small initialisation (chapters 3 and 5).
 
 From the flow linearised at the origin: column ``k`` grows along ``c_k = -dl/dp_k (P = 0)`` at
-rate ``||c_k||`` and ``v_k`` takes the sign of ``c_hat_k . q_k(0) + v_k(0)``
+rate ``||c_k||`` and ``v_k`` takes the sign of ``r_k(0) = c_hat_k . q_k(0) + v_k(0)``
 (prop. ``prop-sign-rule``). For ``l_df`` the sign is also known exactly from any start
-(:func:`sign_df`).
+(:func:`sign_df`). How closely the full flow follows ``c_hat_k`` at the escape:
+:func:`escape_alignment`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
+from attnlab.theory.diagonal_net.flow import gradient_flow, gradient_flow_tf, plateau_time
+from attnlab.validation import check_real
 
-__all__ = ["escape_matrix", "escape_rates", "sign_rule", "sign_df"]
+__all__ = ["escape_matrix", "escape_rates", "escape_coordinates", "sign_rule", "sign_df", "escape_alignment"]
 
 
 def escape_matrix(M, S=None) -> np.ndarray:
@@ -33,17 +36,24 @@ def escape_rates(M, S=None) -> np.ndarray:
     return np.linalg.norm(escape_matrix(M, S), axis=0)
 
 
+def escape_coordinates(Q0, v0, M, S=None) -> np.ndarray:
+    """``r_k(0) = c_hat_k . q_k(0) + v_k(0)``: the coordinate that grows like ``e^{||c_k|| t}``
+    near the origin (eq. ``eq-sign-rule``): ``[d]``. Columns with ``c_k = 0`` get ``v_k(0)``."""
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    C = escape_matrix(M, S)
+    norms = np.linalg.norm(C, axis=0)
+    return np.sum(Q0 * C, axis=0) / np.where(norms > 0, norms, 1.0) + v0
+
+
 def sign_rule(Q0, v0, M, S=None) -> np.ndarray:
     """The predicted signs of ``v_k(inf)`` from a small start: ``sign(c_hat_k . q_k(0) + v_k(0))``.
 
     Exact for the flow linearised at the origin (``r_k`` grows, ``c_hat_k . q_k - v_k`` decays);
     for the full flow a prediction that the chapter tests. Columns with ``c_k = 0`` get ``0``.
     """
-    M = as_M(M)
-    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
-    C = escape_matrix(M, S)
-    norms = np.linalg.norm(C, axis=0)
-    r = np.sum(Q0 * C, axis=0) / np.where(norms > 0, norms, 1.0) + v0
+    r = escape_coordinates(Q0, v0, M, S)
+    norms = escape_rates(M, S)
     return np.where(norms > 0, np.sign(r), 0.0)
 
 
@@ -64,3 +74,23 @@ def sign_df(Q0, v0, M) -> np.ndarray:
     gamma = np.sqrt(4 * norms**2 + dk**2)
     a0 = np.sum(Q0 * M, axis=0) / np.where(norms > 0, norms, 1.0)  # m_hat_k . q_k(0)
     return np.where(norms > 0, np.sign(norms * v0 + 0.5 * (gamma - dk) * a0), np.sign(v0))
+
+
+def escape_alignment(Q0, v0, M, S=None, *, fraction: float = 0.99) -> np.ndarray:
+    """``|cos(q_k, c_hat_k)|`` of every column when the loss has fallen to ``fraction`` of its start.
+
+    Gradient flow on ``l_df`` (``S=None``) or ``l_tf`` from ``(Q0, v0)`` up to the time
+    :func:`~attnlab.theory.diagonal_net.flow.plateau_time` gives; near the origin each ``q_k``
+    grows along ``c_hat_k`` (prop. ``prop-sign-rule``). Returns ``[d]`` (``NaN`` for a zero column).
+    """
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    fraction = check_real("fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True)
+    C = escape_matrix(M, S)
+    C_hat = C / np.where(np.linalg.norm(C, axis=0) > 0, np.linalg.norm(C, axis=0), 1.0)
+    t = [0.0, plateau_time(Q0, v0, M, fraction=fraction, S=S)]
+    Q_t = gradient_flow(Q0, v0, M, t)[0] if S is None else gradient_flow_tf(Q0, v0, M, t, S)[0]
+    q = Q_t[-1]
+    norms = np.linalg.norm(q, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.abs(np.sum(q * C_hat, axis=0)) / norms
