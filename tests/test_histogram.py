@@ -219,3 +219,20 @@ def test_rate_sweep_measures_the_predicted_asymptotic_rate():
     assert rows[1]["predicted"] < rows[0]["predicted"]  # larger sigma, more negative delta, slower
     with pytest.raises(ValueError, match="scales"):
         rate_sweep(d=3, scales=[-1.0])
+
+
+def test_hist_rates_committed_result_is_what_todays_code_computes():
+    # the chapters load the committed paper-scale result; re-derive two of its rows
+    from attnlab import experiments
+    from attnlab.experiments.histogram import rate_sweep
+
+    committed = experiments.load_result("hist_rates", "paper")
+    assert committed.config["seed"] == 0 and len(committed.rows) == 16
+    for kwargs, loss in ((dict(d=6, scales=[0.3]), "l_df"), (dict(d=6, scales=[1.0], N=10), "l_tf")):
+        (row,) = rate_sweep(**kwargs, seed=0)
+        same = [r for r in committed.rows if r["loss"] == loss and r["d"] == 6]
+        (old,) = [r for r in same if np.isclose(r["sigma"], row["sigma"])]
+        for key in ("predicted", "measured", "measured_loss", "t_1e-8"):
+            assert abs(row[key] / old[key] - 1) < 1e-6, key
+    book = experiments.run("hist_rates", cache=False)
+    assert {r["loss"] for r in book.rows} == {"l_df", "l_tf"} and len(book.rows) == 3

@@ -9,6 +9,8 @@
   from perturbations of it (the lab notes of Part I).
 * ``hist_overshoot``: the mean mode ``1^T P 1 / d`` along gradient flow on ``l_tf`` and on its
   isotropic surrogate ``c l_df`` from small starts (the lab notes of Part I).
+* ``hist_rates``: the asymptotic rate of ``l_df`` and ``l_tf`` against the initialisation scale,
+  predicted and measured (chapters 4 and 5 load its committed paper-scale result).
 
 The paper's own experimental settings are not public; "paper" scale is our larger setting
 (an alphabet of 26 letters, longer sequences, more scales and seeds).
@@ -32,6 +34,7 @@ __all__ = [
     "hist_plateau",
     "hist_overshoot",
     "hist_saddle",
+    "hist_rates",
     "plateau_sweep",
     "rate_sweep",
 ]
@@ -58,7 +61,7 @@ def train_sgd(
     optimizer: str = "sgd",
     device: str = "cpu",
 ):
-    """Train one attention layer on fresh sequences of ``task`` (chapter 1).
+    """Train one attention layer on fresh sequences of ``task`` (chapters 1 and 6).
 
     Returns ``(model, history)``; ``history.tracked["test_err"]`` is the largest absolute error
     ``max |f_i - y_i|`` over ``n_test`` fixed fresh sequences (seed ``seed + 1``).
@@ -117,7 +120,7 @@ def hist_sgd(config: dict, device: str) -> list[dict]:
 def plateau_sweep(
     *, d: int, task: str, scales, n_seeds: int, fraction: float = 0.5, N: int | None = None
 ) -> list[dict]:
-    """Plateau length of gradient flow on ``l_df`` (``N=None``) or ``l_tf`` vs init scale (chapter 3).
+    """Plateau length of gradient flow on ``l_df`` (``N=None``) or ``l_tf`` vs init scale (chapters 4, 5).
 
     For each seed a random direction ``(Q~, v~)`` (i.i.d. normal entries) is scaled by every
     ``scale``; the plateau length is the first time the loss (``l_df``, or the population loss
@@ -232,7 +235,7 @@ FIT_RTOL, FIT_ATOL = 1e-13, 1e-16  # rate_sweep's integration tolerances (see th
 
 
 def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: float = 40.0) -> list[dict]:
-    """Asymptotic rate of the loss against the init scale ``sigma``, predicted and measured (chapter 3).
+    """Asymptotic rate of the loss against the init scale ``sigma``, predicted and measured (``hist_rates``).
 
     For each ``sigma`` the start is ``sigma * N(0, 1)`` entries (one draw from ``seed``), the task
     the histogram. ``l_df`` (``N=None``): predicted ``2 min_k v_k(inf)^2`` from the initial
@@ -288,4 +291,25 @@ def rate_sweep(*, d: int, scales, seed: int = 0, N: int | None = None, horizon: 
                 "t_1e-8": float(t[below[0]]) if below.size else float("nan"),
             }
         )
+    return rows
+
+
+@experiment(
+    "hist_rates",
+    book=dict(sweeps=[dict(d=3, scales=[0.3, 1.0]), dict(d=3, N=4, scales=[0.5])], seed=0),
+    paper=dict(
+        sweeps=[
+            dict(d=6, scales=[0.1, 0.2, 0.3, 6**-0.5, 0.5, 1.0, 2.0]),
+            dict(d=26, scales=[0.1, 26**-0.5, 0.3, 0.5, 1.0]),
+            dict(d=6, N=10, scales=[0.1, 0.3, 0.5, 1.0]),
+        ],
+        seed=0,
+    ),
+    description="Part I: the asymptotic rate of l_df and l_tf against the initialisation scale",
+)
+def hist_rates(config: dict, device: str) -> list[dict]:
+    """One :func:`rate_sweep` per entry of ``sweeps`` (``d``, ``scales`` and, for ``l_tf``, ``N``)."""
+    rows = []
+    for sweep in config["sweeps"]:
+        rows += rate_sweep(**sweep, seed=config["seed"])
     return rows
