@@ -68,3 +68,37 @@ def test_column_flow_with_zero_delta_and_validation():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_half_escape_times_match_the_flow_and_eq_stage():
+    M = th.class_matrix([0, 1, 1, 2, 2, 2])
+    norms = np.linalg.norm(M, axis=0)
+    sigma = 1e-3
+    Q0, v0 = sigma * M / norms, sigma * np.ones(6)  # aligned, balanced: eq-stage
+    T = dn.half_escape_times(Q0, v0, M)
+    assert np.allclose(T, np.log((norms - sigma**2) / sigma**2) / (2 * norms), rtol=1e-12)
+    rng = np.random.default_rng(0)  # aligned but unbalanced, O(1): against the integrated flow
+    a0, b0 = 0.3 * rng.standard_normal(6), 0.3 * rng.standard_normal(6) + 0.05
+    Q1 = M / norms * a0
+    T1 = dn.half_escape_times(Q1, b0, M)
+    t = np.linspace(0, 12, 24001)
+    Q_t, v_t = dn.gradient_flow(Q1, b0, M, t)
+    va = v_t * np.sum(Q_t * M / norms, axis=1)
+    for k in range(6):
+        if T1[k] > 0:
+            assert abs(t[np.argmax(va[:, k] >= norms[k] / 2)] - T1[k]) < 1e-3
+    with pytest.raises(ValueError, match="parallel"):
+        dn.half_escape_times(np.ones((6, 6)), np.ones(6), M)
+
+
+def test_verify_escape_times_on_a_right_and_a_wrong_answer():
+    M = th.class_matrix([0, 1, 1, 2, 2, 2])
+    norms = np.linalg.norm(M, axis=0)
+    sigma = 1e-5
+    Q0, v0 = sigma * M / norms, sigma * np.ones(6)
+    right = np.log((norms - sigma**2) / sigma**2) / (2 * norms)
+    assert "order [3, 4, 5, 1, 2, 0]" in dn.verify_escape_times(right, Q0, v0, M)
+    with pytest.raises(AssertionError, match="gamma_k = 2"):  # gamma = 2 for every column
+        dn.verify_escape_times(right * norms, Q0, v0, M)
+    with pytest.raises(ValueError, match="T_answer"):
+        dn.verify_escape_times(right[:3], Q0, v0, M)

@@ -57,3 +57,18 @@ def test_limit_point_from_aligned_starts_takes_the_sign_of_r():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_verify_signs_on_a_right_and_a_wrong_answer():
+    d, N = 4, 5
+    S, M = th.count_moments(N, d), th.histogram_matrix(d)
+    rng = np.random.default_rng(0)  # a small start whose l_tf signs differ from those along m_k
+    Q0, v0 = 1e-2 * rng.standard_normal((d, d)), 1e-2 * rng.standard_normal(d)
+    right = dn.sign_rule(Q0, v0, M, S)
+    assert "Correct" in dn.verify_signs(right, Q0, v0, M, S)
+    with pytest.raises(AssertionError, match="along m_k"):
+        dn.verify_signs(dn.sign_rule(Q0, v0, M), Q0, v0, M, S)
+    with pytest.raises(AssertionError, match="columns \\[0\\]"):
+        dn.verify_signs(right * np.array([-1, 1, 1, 1]), Q0, v0, M, S)
+    with pytest.raises(ValueError, match="answer"):
+        dn.verify_signs(right[:2], Q0, v0, M, S)

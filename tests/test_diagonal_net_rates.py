@@ -174,3 +174,14 @@ def test_rate_constant_is_the_rate_of_gaussian_starts_and_creeps_towards_one():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_verify_asymptotic_rate_on_a_right_and_a_wrong_answer():
+    M = np.eye(2)
+    Q0, v0 = np.array([[3.0, 0.3], [0.0, 0.5]]), np.array([0.1, 0.5])
+    dk = dn.delta(Q0, v0)
+    assert "Correct" in dn.verify_asymptotic_rate(dk[1] + np.sqrt(dk[1] ** 2 + 4), Q0, v0, M)
+    with pytest.raises(AssertionError, match="excites every direction"):
+        dn.verify_asymptotic_rate(dk[0] + np.sqrt(dk[0] ** 2 + 4), Q0, v0, M)
+    with pytest.raises(AssertionError, match="slowest"):
+        dn.verify_asymptotic_rate(1.0, Q0, v0, M)

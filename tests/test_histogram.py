@@ -236,3 +236,48 @@ def test_hist_rates_committed_result_is_what_todays_code_computes():
             assert abs(row[key] / old[key] - 1) < 1e-6, key
     book = experiments.run("hist_rates", cache=False)
     assert {r["loss"] for r in book.rows} == {"l_df", "l_tf"} and len(book.rows) == 3
+
+
+# ---------------------------------------------------------------- exercise self-checks
+
+
+def test_verify_task_solution_on_a_right_and_a_wrong_answer():
+    from attnlab.models.linear_attention import verify_task_solution
+
+    d = 4
+    v = torch.full((d,), 2.0)  # float32, as a reader would write it: the checker converts
+    W = torch.ones(d, 1) @ (1 / v)[None, :]
+    assert "Correct" in verify_task_solution(W, v, th.length_matrix(d))
+    with pytest.raises(AssertionError, match="W Diag"):  # the histogram's solution, not the length's
+        verify_task_solution(torch.diag(1 / v), v, th.length_matrix(d))
+    with pytest.raises(ValueError, match="M"):
+        verify_task_solution(W, v, np.ones(3))
+
+
+def test_verify_count_moments_on_a_right_and_two_wrong_answers():
+    N, p = 7, np.array([0.5, 0.3, 0.2])
+    d = p.size
+    N2, N3, I = N * (N - 1), N * (N - 1) * (N - 2), np.eye(d)
+    right = (
+        N3 * np.einsum("a,b,c->abc", p, p, p)
+        + N2 * (np.einsum("ab,a,c->abc", I, p, p) + np.einsum("ac,a,b->abc", I, p, p))
+        + N2 * np.einsum("bc,a,b->abc", I, p, p)
+        + N * np.einsum("ab,ac,a->abc", I, I, p)
+    )
+    assert "Correct" in th.verify_count_moments(right, N, p)
+    with pytest.raises(AssertionError, match="uniform"):
+        th.verify_count_moments(th.count_moments(N, d), N, p)
+    without_one_token_term = right - N * np.einsum("ab,ac,a->abc", I, I, p)
+    with pytest.raises(AssertionError, match="a = b = c"):
+        th.verify_count_moments(without_one_token_term, N, p)
+
+
+def test_verify_scaled_map_on_a_right_a_transposed_and_a_wrong_answer():
+    tokens = np.array([0, 1, 1, 2, 4, 5, 5])
+    M = th.next_letter_matrix(6)
+    right = M[np.ix_(tokens, tokens)]
+    assert "Correct" in th.verify_scaled_map(right, tokens, M)
+    with pytest.raises(AssertionError, match="transposed"):
+        th.verify_scaled_map(right.T, tokens, M)
+    with pytest.raises(AssertionError, match="M\\[x_i, x_j\\]"):
+        th.verify_scaled_map(np.eye(tokens.size), tokens, M)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
+from attnlab.tasks import histogram as th
 from attnlab.validation import (
     check_finite,
     check_int,
@@ -13,6 +15,8 @@ from attnlab.validation import (
     make_generator,
     resolve_dtype,
 )
+
+__all__ = ["LinearSelfAttention", "SoftmaxSelfAttention", "verify_task_solution"]
 
 
 class LinearSelfAttention(nn.Module):
@@ -92,3 +96,29 @@ class SoftmaxSelfAttention(LinearSelfAttention):
         A = torch.softmax(X @ self.W @ X.transpose(-1, -2), dim=-1)  # [batch, N, N]
         f = (A @ (X @ self.v).unsqueeze(-1)).squeeze(-1)  # [batch, N]
         return (f, A) if return_scores else f
+
+
+def verify_task_solution(W, v, M, *, lengths=(1, 5, 17, 40), n_seq: int = 64, seed=0, atol=1e-9) -> str:
+    """Exercise checker (chapter 1): does the layer with weights ``(W, v)`` solve the task ``M``?
+
+    Runs :class:`LinearSelfAttention` with ``W0=W``, ``v0=v`` (any float dtype) on ``n_seq`` random
+    sequences of each length in ``lengths`` and compares its output with ``y = X M h``
+    (eq. ``eq-task``). Raises ``AssertionError`` with a hint and returns a confirmation message.
+    """
+    M = torch.as_tensor(np.asarray(M, dtype=float))
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(f"M must be a square [d, d] task matrix, got shape {list(M.shape)}")
+    d = M.shape[0]
+    layer = LinearSelfAttention(d, W0=torch.as_tensor(W).double(), v0=torch.as_tensor(v).double())
+    for N in lengths:
+        X = th.sample_sequences(n_seq, check_int("lengths", N, minimum=1), d, seed=seed)
+        with torch.no_grad():
+            err = (layer(X) - th.targets(X, M)).abs().max().item()
+        if err > atol:
+            P = layer.W.detach() * layer.v.detach()[None, :]
+            gap = (P - M).abs().max().item()
+            raise AssertionError(
+                f"off by {err:.3g} on sequences of length {N}: W Diag(v) differs from M by {gap:.3g} "
+                "(the layer computes X W Diag(v) h, eq-identity)"
+            )
+    return f"Correct: the layer computes y = X M h on sequences of lengths {', '.join(map(str, lengths))}."

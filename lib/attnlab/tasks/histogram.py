@@ -47,6 +47,8 @@ __all__ = [
     "task_matrix",
     "make_sampler",
     "count_moments",
+    "verify_count_moments",
+    "verify_scaled_map",
 ]
 
 TASKS = ("histogram", "next_letter", "classes", "histogram+next_letter", "length")
@@ -241,3 +243,51 @@ def count_moments(N: int, d: int, probs=None) -> np.ndarray:
     S += N2 * np.einsum("bc,a,b->abc", I, p, p)  # b = c
     S += N * np.einsum("ab,ac,a->abc", I, I, p)  # a = b = c
     return S
+
+
+def verify_count_moments(S_answer, N: int, probs, *, rtol: float = 1e-9) -> str:
+    """Exercise checker (chapter 2): is ``S_answer`` ``[d, d, d]`` the tensor ``E[h_a h_b h_c]``
+    of the counts of ``N`` tokens with letter probabilities ``probs``?
+
+    Raises ``AssertionError`` naming the kind of entries that are wrong (three equal indices,
+    exactly two, all different) and returns a confirmation message.
+    """
+    p = check_probabilities("probs", probs)
+    d = p.size
+    S_answer = np.asarray(S_answer, dtype=float)
+    check_shape("S_answer", S_answer, (d, d, d))
+    check_finite("S_answer", S_answer)
+    S, S_uniform = count_moments(N, d, p), count_moments(N, d)
+    if np.allclose(S_answer, S_uniform, rtol=rtol, atol=0) and not np.allclose(S, S_uniform):
+        raise AssertionError("this is the tensor of uniform letters: use p_a, p_b, p_c, not 1/d")
+    a, b, c = np.indices((d, d, d))
+    kinds = {
+        "a = b = c": (a == b) & (b == c),
+        "exactly two equal indices": ((a == b) | (a == c) | (b == c)) & ~((a == b) & (b == c)),
+        "three different indices": (a != b) & (a != c) & (b != c),
+    }
+    wrong = [k for k, sel in kinds.items() if not np.allclose(S_answer[sel], S[sel], rtol=rtol, atol=0)]
+    if wrong:
+        where = " and ".join(wrong)
+        raise AssertionError(f"wrong entries with {where}: count the triples of positions again")
+    return "Correct: your moments equal E[h_a h_b h_c] for every a, b, c."
+
+
+def verify_scaled_map(map_answer, tokens, M) -> str:
+    """Exercise checker (chapter 6): is ``map_answer`` ``[N, N]`` the predicted scaled attention map
+    ``A_ij v_{x_j} = M[x_i, x_j]`` (eq. ``eq-map``) of the sequence ``tokens`` ``[N]``?"""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError("tokens must be a 1-D integer array (one sequence)")
+    M = np.asarray(M, dtype=float)
+    if M.ndim != 2 or M.shape[0] != M.shape[1] or tokens.min() < 0 or tokens.max() >= M.shape[0]:
+        raise ValueError("M must be a square [d, d] task matrix with every token in [0, d-1]")
+    N = tokens.size
+    map_answer = np.asarray(map_answer, dtype=float)
+    check_shape("map_answer", map_answer, (N, N))
+    expected = M[np.ix_(tokens, tokens)]
+    if np.allclose(map_answer, expected):
+        return "Correct: position i attends to the positions whose letter x_i counts."
+    if np.allclose(map_answer, expected.T):
+        raise AssertionError("transposed: row i is the attending position, so the entry is M[x_i, x_j]")
+    raise AssertionError("not M[x_i, x_j]: read row x_i of M at the letter x_j of each position j")

@@ -37,8 +37,10 @@ from attnlab.theory.diagonal_net.closed_form import (
     column_flow,
     column_matrix,
     gamma,
+    half_escape_times,
     riccati_z,
     rs_solution,
+    verify_escape_times,
 )
 from attnlab.theory.diagonal_net.escape import (
     escape_alignment,
@@ -49,7 +51,7 @@ from attnlab.theory.diagonal_net.escape import (
     sign_rule,
 )
 from attnlab.theory.diagonal_net.flow import gradient_descent, gradient_flow, gradient_flow_tf, plateau_time
-from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point
+from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point, verify_signs
 from attnlab.theory.diagonal_net.rates import (
     asymptotic_rate,
     asymptotic_rate_df,
@@ -60,6 +62,7 @@ from attnlab.theory.diagonal_net.rates import (
     exponential_bound_tf,
     hessian,
     rate_constant,
+    verify_asymptotic_rate,
 )
 from attnlab.theory.diagonal_net.reduction import (
     delta,
@@ -93,6 +96,10 @@ __all__ = [
     "moment_spectrum",
     "isotropic_constant",
     "verify_limit_point",
+    "verify_signs",
+    "verify_asymptotic_rate",
+    "verify_escape_times",
+    "half_escape_times",
     "escape_matrix",
     "escape_rates",
     "escape_coordinates",

@@ -15,7 +15,16 @@ import numpy as np
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_t
 from attnlab.validation import check_finite, check_positive, check_real
 
-__all__ = ["gamma", "riccati_z", "rs_solution", "closed_form_flow", "column_matrix", "column_flow"]
+__all__ = [
+    "gamma",
+    "riccati_z",
+    "rs_solution",
+    "closed_form_flow",
+    "half_escape_times",
+    "verify_escape_times",
+    "column_matrix",
+    "column_flow",
+]
 
 
 def gamma(delta_k, m_norm):
@@ -106,6 +115,58 @@ def closed_form_flow(Q0, v0, M, t):
         Q_t[:, :, k] = a_k[:, None] * m_hat[:, k]
         v_t[:, k] = v_k
     return Q_t, v_t
+
+
+def half_escape_times(Q0, v0, M) -> np.ndarray:
+    """When ``v_k a_k`` first reaches half its target ``||m_k||``, for columns ``q_k || m_k``: ``[d]``.
+
+    By the r-s solution (thm. ``thm-rs``) ``v a = (z - delta^2 / z) / 4``, which equals ``||m|| / 2``
+    at ``z* = ||m|| + sqrt(||m||^2 + delta^2)``; inverting eq. ``eq-riccati-sol`` there gives
+    ``T = log(K / u*) / gamma`` with ``u* = (z* - z+) / (z* - z-)``. From an aligned, balanced
+    start (``delta = 0``, ``z0 = 4 sigma^2``) this is eq. ``eq-stage``. Columns that start past
+    half their target get ``0``; columns on the saddle's stable manifold (``r = 0``) get ``inf``.
+    """
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    a0, m_hat, norms = _alignment(Q0, M)
+    if np.linalg.norm(Q0 - a0 * m_hat) > 1e-12 * max(1.0, np.linalg.norm(Q0)):
+        raise ValueError("Q0 must have columns parallel to those of M (q_k = a_k m_k/||m_k||)")
+    dk = v0**2 - a0**2
+    g = gamma(dk, norms)
+    zp, zm = 2 * norms + g, 2 * norms - g
+    z0, z_half = (a0 + v0) ** 2, norms + np.sqrt(norms**2 + dk**2)
+    T = np.zeros(M.shape[0])
+    for k in range(M.shape[0]):
+        if v0[k] * a0[k] >= norms[k] / 2:
+            continue
+        if z0[k] == 0:
+            T[k] = np.inf
+            continue
+        K = (z0[k] - zp[k]) / (z0[k] - zm[k])
+        u_half = (z_half[k] - zp[k]) / (z_half[k] - zm[k])
+        T[k] = np.log(K / u_half) / g[k]
+    return T
+
+
+def verify_escape_times(T_answer, Q0, v0, M, *, rtol: float = 1e-3) -> str:
+    """Exercise checker (chapter 4): are ``T_answer`` ``[d]`` the times at which each column of an
+    aligned start reaches half its target (:func:`half_escape_times`), to ``rtol``?"""
+    T = half_escape_times(Q0, v0, M)
+    T_answer = np.asarray(T_answer, dtype=float)
+    if T_answer.shape != T.shape:
+        raise ValueError(f"T_answer must have shape {list(T.shape)}, one time per column")
+    wrong = np.flatnonzero(~np.isclose(T_answer, T, rtol=rtol, atol=0))
+    if wrong.size:
+        k = int(wrong[0])
+        norms = np.linalg.norm(np.asarray(M, dtype=float), axis=0)
+        hint = (
+            "the rate of column k is gamma_k = 2 ||m_k||, not 2"
+            if np.isclose(T_answer[k], T[k] * norms[k], rtol=0.05)
+            else "solve z(T) = z+/2 with eq-riccati-sol, z0 = (a0 + v0)^2"
+        )
+        raise AssertionError(f"column {k}: T = {T_answer[k]:.4g}, expected {T[k]:.4g}; {hint}")
+    order = np.argsort(T, kind="stable")
+    return f"Correct: the columns reach half their target in the order {order.tolist()}."
 
 
 def column_matrix(m, delta_k) -> np.ndarray:

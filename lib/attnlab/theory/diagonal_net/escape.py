@@ -15,7 +15,14 @@ from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
 from attnlab.theory.diagonal_net.flow import gradient_flow, gradient_flow_tf, plateau_time
 from attnlab.validation import check_real
 
-__all__ = ["escape_matrix", "escape_rates", "escape_coordinates", "sign_rule", "sign_df", "escape_alignment"]
+__all__ = [
+    "escape_matrix",
+    "escape_rates",
+    "escape_coordinates",
+    "sign_rule",
+    "sign_df",
+    "escape_alignment",
+]
 
 
 def escape_matrix(M, S=None) -> np.ndarray:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
-from attnlab.theory.diagonal_net.escape import sign_df
+from attnlab.theory.diagonal_net.escape import sign_df, sign_rule
 from attnlab.theory.diagonal_net.flow import ATOL, RTOL, integrate
 from attnlab.theory.diagonal_net.reduction import delta, grad_P_tf, l_tf, moment_spectrum
 from attnlab.validation import check_positive
 
-__all__ = ["limit_point", "verify_limit_point"]
+__all__ = ["limit_point", "verify_limit_point", "verify_signs"]
 
 
 def _signs_from_flow_tf(Q0, v0, M, S, t_max):
@@ -116,3 +116,23 @@ def verify_limit_point(Q_answer, v_answer, Q0, v0, M, *, atol: float = 1e-6) -> 
             f"right delta and Q Diag(v) = M, but the signs of v are wrong (off by {err:.3g})"
         )
     return f"Correct: Q Diag(v) = M and delta_k conserved (to {max(residual, drift):.1e})."
+
+
+def verify_signs(answer, Q0, v0, M, S) -> str:
+    """Exercise checker (chapter 5): are ``answer`` ``[d]`` the signs of ``v_k(inf)`` along gradient
+    flow on ``l_tf`` (moments ``S``) from ``(Q0, v0)``? The truth comes from the flow
+    (:func:`limit_point`), not from the sign rule."""
+    M = as_M(M)
+    d = M.shape[0]
+    Q0, v0 = as_Qv(Q0, v0, d, batched=False)
+    S = as_S(S, d)
+    answer = np.sign(np.asarray(answer, dtype=float))
+    if answer.shape != (d,):
+        raise ValueError(f"answer must have shape [{d}], one sign per column")
+    true = np.sign(limit_point(Q0, v0, M, S=S)[1])
+    if np.array_equal(answer, true):
+        return f"Correct: the signs of v(inf) are {true.astype(int).tolist()}."
+    if np.array_equal(answer, sign_rule(Q0, v0, M)):
+        raise AssertionError("those are the signs of an escape along m_k (l_df); l_tf escapes along c_k")
+    wrong = np.flatnonzero(answer != true).tolist()
+    raise AssertionError(f"wrong sign in columns {wrong}: compute r_k(0) = c_hat_k . q_k(0) + v_k(0)")

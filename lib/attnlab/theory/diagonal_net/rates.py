@@ -26,6 +26,7 @@ __all__ = [
     "asymptotic_rate_df",
     "column_rates_df",
     "rate_constant",
+    "verify_asymptotic_rate",
 ]
 
 
@@ -195,3 +196,21 @@ def rate_constant(d: int, sigma: float, *, n_draws: int, seed=0) -> np.ndarray:
     delta_k = sigma**2 * (v2 - q2)
     rates = column_rates_df(delta_k.ravel(), 1.0, False).reshape(n_draws, d).min(axis=1)
     return rates * (d - 1) * sigma**2 / 2
+
+
+def verify_asymptotic_rate(answer, Q0, v0, M, *, rtol: float = 1e-6) -> str:
+    """Exercise checker (chapter 4): is ``answer`` the asymptotic rate of ``l_df`` along gradient
+    flow from ``(Q0, v0)`` (:func:`asymptotic_rate_df`)?"""
+    answer = check_real("answer", answer)
+    true = asymptotic_rate_df(Q0, v0, M)
+    if abs(answer - true) <= rtol * true:
+        return f"Correct: the loss decays like exp(-{true:.4g} t)."
+    M = as_M(M)
+    Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
+    generic = column_rates_df(delta(Q0, v0), np.linalg.norm(M, axis=0), False).min()
+    if abs(answer - generic) <= rtol * generic:
+        raise AssertionError(
+            "that is min_k 2 v_k(inf)^2, the rate of a start that excites every direction: "
+            "is every q_k(0) off the line of m_k?"
+        )
+    raise AssertionError(f"not the asymptotic rate ({answer:.4g}): find each column's rate, then the slowest")
