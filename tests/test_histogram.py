@@ -281,3 +281,39 @@ def test_verify_scaled_map_on_a_right_a_transposed_and_a_wrong_answer():
         th.verify_scaled_map(right.T, tokens, M)
     with pytest.raises(AssertionError, match="M\\[x_i, x_j\\]"):
         th.verify_scaled_map(np.eye(tokens.size), tokens, M)
+
+
+def test_committed_paper_results_of_part1_are_what_todays_code_computes():
+    # the chapters and lab notes load these files; re-derive a cheap part of each
+    from attnlab import experiments
+    from attnlab.experiments.histogram import hist_overshoot, hist_saddle, plateau_sweep, train_sgd
+
+    sgd = experiments.load_result("hist_sgd", "paper")
+    config = {**sgd.config, "steps": 100, "n_test": sgd.config["n_test"]}
+    _, history = train_sgd(**config)
+    first = history.as_arrays()
+    for key in ("loss", "test_err"):
+        committed = sgd.column(key)[: len(first[key])]
+        assert np.allclose(first[key], committed, rtol=1e-6, atol=0), key
+
+    plateau = experiments.load_result("hist_plateau", "paper")
+    c = plateau.config
+    rows = plateau_sweep(d=c["d"], task=c["task"], scales=[1e-2, 1e-6], n_seeds=1, fraction=c["fraction"])
+    for row in rows:
+        (old,) = [r for r in plateau.rows if r["seed"] == 0 and np.isclose(r["scale"], row["scale"])]
+        assert abs(row["T"] / old["T"] - 1) < 1e-6
+
+    over = experiments.load_result("hist_overshoot", "paper")
+    new = hist_overshoot({**over.config, "n_seeds": 1}, "cpu")
+    for seed in (-1, 0):
+        ours = np.array([r["mean_tf"] for r in new if r["seed"] == seed])
+        assert np.allclose(ours, over.column("mean_tf")[over.column("seed") == seed], rtol=1e-6, atol=1e-12)
+
+    saddle = experiments.load_result("hist_saddle", "paper")
+    new = hist_saddle({**saddle.config, "eps": [0.0, 1e-6]}, "cpu")
+    for row in new:
+        (old,) = [r for r in saddle.rows if r["eps"] == row["eps"]]
+        assert row["moved"] == old["moved"] and np.isclose(
+            row["loss_end"], old["loss_end"], rtol=1e-5, atol=1e-20
+        )
+        assert np.isnan(old["T"]) if np.isnan(row["T"]) else abs(row["T"] / old["T"] - 1) < 1e-6
