@@ -97,7 +97,7 @@ CHAPTER_FOLDERS = ("attention", "linear-nn", "phase-transition", "in-context", "
 
 #: Words after which a full stop does not end the sentence (compared in lowercase).
 ABBREVIATIONS = frozenset(
-    "e.g i.e cf vs al fig figs eq eqs sec secs ch chap ref refs approx resp no nos p pp vol ed eds".split()
+    "e.g i.e i.i.d cf vs al fig figs eq eqs sec secs ch chap ref refs approx resp no nos p pp vol".split()
 )
 FILE_EXTENSIONS = tuple("csv json py md ipynb c h yml yaml toml bib npz npy pt".split())
 
@@ -123,6 +123,8 @@ _NUMBER = re.compile(
     rf"(?:[eE][-+−]?\d+|\^[-−]?\d+|[{_SUP}]+)?"  # 1e-4  10^4  10⁴
     rf"(?:\s?[×x]\s?10(?:\^[-−]?\d+|[{_SUP}]+))?"  # 2.5×10⁴
 )
+_MATH_BLOCKS = frozenset({"math_block", "math_block_label", "amsmath"})
+_FINISHED = re.compile(r"[.!?:;][\"'”’)\]]*$")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*\s+")
 _LAST_WORD = re.compile(r"(\S+)[.!?][\"'”’)\]]*$")
 _FUNCTION_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\(")
@@ -250,7 +252,7 @@ def check_text(text: str, kind: str = "chapter", names=None, path: Path | None =
         raise ValueError(f"kind must be 'chapter', 'overview' or 'other', got {kind!r}")
     names = experiment_names() if names is None else tuple(names)
     walker = _Walker(Report(Path(path or "<text>"), kind), names)
-    walker.blocks(_MD.parse(text), 0)
+    walker.blocks(_MD.parse(text), 1)
     return walker.report
 
 
@@ -280,12 +282,32 @@ def _makes_figure(source: str, options: dict) -> bool:
     )
 
 
+def _lead_in(children) -> str:
+    """The bold run-in title a paragraph starts with ("**Check.**"), or ``""``: not a sentence."""
+    lead = [c for c in children if c.type != "text" or c.content][:3]
+    if [c.type for c in lead] == ["strong_open", "text", "strong_close"] and _FINISHED.search(
+        lead[1].content
+    ):
+        return lead[1].content
+    return ""
+
+
+@dataclass
+class _Pending:
+    """A paragraph's last sentence, unfinished: it may go on after a display equation."""
+
+    line: int
+    text: str
+    math: bool = False  # a display equation came after it
+
+
 class _Walker:
     """Walks markdown-it's tokens of a page and fills in a :class:`Report`."""
 
     def __init__(self, report: Report, names: tuple[str, ...]):
         self.report = report
         self.gated = False  # inside a gated exercise or solution
+        self.pending: _Pending | None = None
         self.experiment = (
             re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, sorted(names, key=len, reverse=True)))})(?!\w)")
             if names
@@ -304,6 +326,11 @@ class _Walker:
         heading = False
         for i, token in enumerate(tokens):
             line = offset + (token.map[0] if token.map else 0)
+            display_math = token.type in _MATH_BLOCKS or token.info.startswith("{math}")
+            if display_math and self.pending:
+                self.pending.math = True
+            elif token.type not in ("paragraph_open", "paragraph_close", "inline"):
+                self.flush()
             if skip_until:
                 skip_until = None if token.type == skip_until else skip_until
                 continue
@@ -322,6 +349,20 @@ class _Walker:
                 after_paragraph = i > 0 and tokens[i - 1].type == "paragraph_open"
                 self.inline(token, line, sentences=after_paragraph and not heading)
                 heading = False
+        self.flush()
+
+    def record(self, line: int, sentence: str) -> None:
+        found = Found(line, sentence)
+        self.report.sentences.append(found)
+        self.report.words += len(sentence.split())
+        if count_numbers(sentence) >= MANY_NUMBERS:
+            self.report.numeric.append(found)
+
+    def flush(self) -> None:
+        """Record the unfinished sentence held back, if any (see :class:`_Pending`)."""
+        if self.pending:
+            self.record(self.pending.line, self.pending.text)
+            self.pending = None
 
     def directive(self, token, line: int) -> None:
         name, _, argument = token.info[1:].partition("}")
@@ -352,34 +393,33 @@ class _Walker:
 
     def inline(self, token, line: int, sentences: bool) -> None:
         """One inline token: a paragraph's sentences, or (headings, table cells) only its names."""
-        plain, visible, autolink = [], [], False
+        plain, visible, autolink, at = [], [], False, line
         children = token.children or []
-        lead = [c for c in children if c.type != "text" or c.content][:2]
-        if sentences and len(lead) == 2 and lead[0].type == "strong_open":
-            if lead[1].content.lower().startswith("worked example"):
-                self.figure()
+        lead_in = _lead_in(children)
+        if sentences and lead_in.lower().startswith("worked example"):
+            self.figure()
         for child in children:
             kind = child.type
             if kind == "text" and not autolink:
-                plain.append(child.content)
+                plain.append(child.content if child.content != lead_in else "")
                 visible.append(child.content)
             elif kind in ("softbreak", "hardbreak"):
                 plain.append("\n")
                 visible.append("\n")
+                at += 1
             elif kind.startswith("math_inline"):
                 plain.append(MATH)
             elif kind == "code_inline":
                 plain.append(CODE)
                 visible.append(f" {child.content} ")
-                for call in _FUNCTION_CALL.findall(child.content):
-                    self.report.functions.append(Found(line, call))
+                self.report.functions += [Found(at, call) for call in _FUNCTION_CALL.findall(child.content)]
             elif kind == "myst_role":
                 role = child.meta.get("name", "")
                 if role in _NUMBER_ROLES:
                     plain.append(NUM)
                 elif role in _FUNCTION_ROLES:
                     plain.append(CODE)
-                    self.report.functions.append(Found(line, child.content.lstrip("~")))
+                    self.report.functions.append(Found(at, child.content.lstrip("~")))
                 else:
                     plain.append(REF)
             elif kind == "link_open":
@@ -391,13 +431,21 @@ class _Walker:
             return
         text = "".join(plain)
         flat, cursor = text.replace("\n", " "), 0
-        for sentence in split_sentences(flat):
+        pending, self.pending, prefix = self.pending, None, ""
+        if pending and pending.math and not flat.lstrip()[:1].isupper():
+            # the sentence goes on after a display equation: "Take $$...$$ with ..."
+            prefix = f"{pending.text} {MATH} "
+            text, flat = prefix + text, prefix + flat
+        elif pending:
+            self.record(pending.line, pending.text)
+        sentences = split_sentences(flat)
+        for k, sentence in enumerate(sentences):
             cursor = flat.find(sentence, cursor)
-            found = Found(line + text[:cursor].count("\n"), sentence)
-            self.report.sentences.append(found)
-            self.report.words += len(sentence.split())
-            if count_numbers(sentence) >= MANY_NUMBERS:
-                self.report.numeric.append(found)
+            at = pending.line if cursor < len(prefix) else line + text[len(prefix) : cursor].count("\n")
+            if k == len(sentences) - 1 and not _FINISHED.search(sentence):
+                self.pending = _Pending(at, sentence)
+            else:
+                self.record(at, sentence)
 
     def names(self, text: str, line: int) -> None:
         """Experiment, file and function names in visible text (prose and inline code)."""

@@ -72,6 +72,20 @@ def test_roles_math_and_code_carry_no_numbers():
     assert len(glued.numeric) == 1
 
 
+def test_run_in_titles_and_sentences_across_display_math():
+    report = _check(
+        "# T\n\n**Check.** The formula holds.\n\nTake\n\n```{math}\n:label: eq-a\nx = 1\n```\n\n"
+        "with $x$ the input. Then\n\n$$\ny\n$$\n\nThe next paragraph starts anew\n"
+    )
+    assert [f.text for f in report.sentences] == [
+        "The formula holds.",
+        f"Take {pc.MATH} with {pc.MATH} the input.",
+        "Then",
+        "The next paragraph starts anew",
+    ]
+    assert [f.line for f in report.sentences] == [3, 5, 12, 18]
+
+
 # --- what counts as running prose --------------------------------------------------------------
 
 ASIDES = {
