@@ -7,6 +7,7 @@ from pathlib import Path
 
 import prose_check as pc
 import pytest
+from convert_chapters import chapter_paths
 
 GOOD = Path(__file__).parent / "fixtures" / "prose" / "good.md"
 NAMES = ("pt_gd", "icl_mixed_noise")
@@ -90,6 +91,8 @@ def test_run_in_titles_and_sentences_across_display_math():
 
 ASIDES = {
     "margin": "```{margin}\n{body}\n```",
+    "colon-fence margin": ":::{margin}\n{body}\n:::",
+    "collapsed proof": "```{prf:proof}\n:class: dropdown\n{body}\n```",
     "dropdown": "```{admonition} How we checked this\n:class: dropdown\n{body}\n```",
     "exercise": "```{exercise}\n:label: ex-x\n{body}\n```",
     "solution": "```{solution} ex-x\n{body}\n```",
@@ -222,7 +225,7 @@ def test_page_kinds():
 
 # --- the book ----------------------------------------------------------------------------------
 
-HELD = [p for p in sorted(pc.BOOK.rglob("*.md")) if pc.page_kind(p) != "other"]
+HELD = [p for p in chapter_paths() if pc.page_kind(p) != "other"]
 
 
 def test_every_chapter_folder_has_pages():
@@ -238,3 +241,10 @@ def test_every_chapter_folder_has_pages():
 def test_chapter_meets_the_prose_targets(path):
     missed = pc.failures(pc.check(path))
     assert not missed, f"{path.relative_to(pc.BOOK)}: " + "; ".join(missed)
+
+
+def test_the_command_line_prints_the_table(capsys):
+    assert pc.main(["--kind", "chapter", "-v", str(GOOD)]) == 0
+    out = capsys.readouterr().out
+    assert "| page | sentences | with ≥3 numbers |" in out
+    assert "| 0.0% | 0 | 0 | 0 | 1 (derives) |" in out and "meets the targets" in out
