@@ -91,7 +91,7 @@ CHAPTER_FOLDERS = ("attention", "linear-nn", "phase-transition", "in-context", "
 
 #: Words after which a full stop does not end the sentence (compared in lowercase).
 ABBREVIATIONS = frozenset(
-    "e.g i.e i.i.d cf vs al fig figs eq eqs sec secs ch chap ref refs approx resp no nos p pp vol".split()
+    "e.g i.e i.i.d cf vs al fig figs eq eqs eqn sec secs ch chap ref refs approx resp pp vol".split()
 )
 FILE_EXTENSIONS = tuple("csv json py md ipynb c h yml yaml toml bib npz npy pt".split())
 

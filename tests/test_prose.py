@@ -36,6 +36,7 @@ def _check(text: str, kind: str = "chapter") -> pc.Report:
         ('He said "stop." Then left!', ['He said "stop."', "Then left!"]),
         ("Is it? Yes. 3 seeds agree.", ["Is it?", "Yes.", "3 seeds agree."]),
         ("No full stop at the end", ["No full stop at the end"]),
+        ("The answer is no. The next one is yes.", ["The answer is no.", "The next one is yes."]),
     ],
 )
 def test_split_sentences(text, expected):
