@@ -1,9 +1,7 @@
 """The prose check: how a page's running prose reads, measured from its MyST source.
 
-Usage: ``.venv/bin/python tests/prose_check.py [-v] [--kind chapter] [FILE.md ...]`` prints one
-row per page (default: every page of the book); ``-v`` also lists, with their lines, the sentences
-with three or more numbers and every name found. ``tests/test_prose.py`` holds the book to the
-targets.
+Usage: ``.venv/bin/python tests/prose_check.py [-v] [--kind chapter] [FILE.md ...]``: a row per
+page (default: every page); ``-v`` lists the sentences with three or more numbers and the names.
 
 **Running prose** is what a reader reads straight through: the paragraphs and list items of the
 page, also inside open admonitions ("In this chapter") and ``{prf:...}`` statements and proofs.
@@ -40,7 +38,8 @@ names (reported, no target) are identifiers followed by ``(`` in inline code, do
 **Figures and worked examples.** A figure is a code cell with ``mystnb: figure:`` metadata or
 one that makes a figure (``plt.subplots``/``plt.figure``/``plt.show``, an ``attnlab.plotting``
 plot, a call of a function named ``*figure*``, ``glue`` of a ``fig``), or a ``{figure}``,
-``{glue:figure}`` or ``{image}`` directive. A **worked example** is a ``{prf:example}``, an
+``{glue:figure}`` or ``{image}`` directive; a cell whose output is removed or hidden is not.
+A **worked example** is a ``{prf:example}``, an
 admonition whose title starts with "Worked example" or "Example", or a paragraph that starts
 with the bold run-in title "**Worked example.**"; a collapsed one does not count. "First figure
 at" is the share of the page's running-prose words that come before the first of them.
@@ -266,6 +265,8 @@ def _options(body: str) -> tuple[dict, str, int]:
 
 
 def _makes_figure(source: str, options: dict) -> bool:
+    if re.search(r"remove[-_](cell|output)|hide[-_]output", str(options.get("tags", ""))):
+        return False  # not shown there (a glued figure is shown by its {glue:figure})
     mystnb = options.get("mystnb")
     if isinstance(mystnb, dict) and "figure" in mystnb:
         return True
@@ -347,8 +348,7 @@ class _Walker:
         if count_numbers(sentence) >= MANY_NUMBERS:
             self.report.numeric.append(found)
 
-    def flush(self) -> None:
-        """Record the unfinished sentence held back, if any (see :class:`_Pending`)."""
+    def flush(self) -> None:  # record the unfinished sentence held back, if any
         if self.pending:
             self.record(self.pending.line, self.pending.text)
             self.pending = None

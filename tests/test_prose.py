@@ -156,6 +156,7 @@ def test_first_figure(figure):
 def test_no_figure():
     for not_a_figure in (
         "```{code-cell} ipython3\nplotting.use_style()\nx = 1\n```",
+        "```{code-cell} ipython3\n:tags: [remove-output]\nfig, ax = plt.subplots()\nglue('f', fig)\n```",
         "```{admonition} Worked example\n:class: dropdown\nTwo tokens.\n```",
         "```{exercise}\n**Worked example.** Two tokens.\n```",
     ):
