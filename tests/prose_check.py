@@ -1,66 +1,61 @@
-"""The prose check: how a chapter's running prose reads, measured from its MyST source.
+"""The prose check: how a page's running prose reads, measured from its MyST source.
 
-Usage: ``python tests/prose_check.py [-v] [FILE.md ...]`` prints one row per page (default: every
-page under ``book/``); ``-v`` also lists, with their line numbers, the sentences with three or
-more numbers and every name found. ``tests/test_prose.py`` holds the book to the targets.
+Usage: ``.venv/bin/python tests/prose_check.py [-v] [--kind chapter] [FILE.md ...]``: a row per
+page (default: every page); ``-v`` lists the sentences with three or more numbers and the names.
 
-**Running prose** is the text a reader reads straight through: the paragraphs and list items of
-the page, including those inside admonitions that are open ("In this chapter", "A
-reconstruction") and inside ``{prf:...}`` statements and proofs. It leaves out
+**Running prose** is what a reader reads straight through: the paragraphs and list items of the
+page, also inside open admonitions ("In this chapter") and ``{prf:...}`` statements and proofs.
+It leaves out code cells and inline code (which is still searched for names); math (``$...$``,
+``$$...$$``, ``{math}``, ``\\begin...\\end``); directive options; the record set aside
+(``{margin}``, ``{sidebar}``, footnotes, and every collapsed box: ``:class: dropdown``,
+``{dropdown}``, ``{toggle}``); exercises and solutions (``{exercise}``, ``{solution}``, the gated
+``-start``/``-end`` pairs), a separate kind of text, a question and its answer, not measured;
+captions and tables; headings, admonition titles and bold run-in titles ("**Check.**"), which
+are searched for names but are not sentences. Role targets (``{eq}``, ``{numref}``, ``{doc}``,
+``{ref}``, ``{cite}``, ``{prf:ref}``, ``{term}``) and link URLs count as one word and no number;
+``{func}``, ``{class}``, ``{meth}``, ``{mod}`` as one word that names a function.
 
-- code cells, indented code and inline code (``inline code`` is still searched for names);
-- math: ``$...$``, ``$$...$$``, ``{math}`` blocks, ``\\begin...\\end`` environments;
-- directive options (``:label:``, ``:class:``, a ``---`` YAML block);
-- the record set aside: ``{margin}`` and ``{sidebar}`` notes, footnotes, and every collapsed box
-  (a directive with ``:class: dropdown``, ``{dropdown}``, ``{toggle}``);
-- exercises and solutions (``{exercise}``, ``{solution}`` and the gated ``-start``/``-end``
-  pairs): they are a separate kind of text, a question and its answer, and are not measured;
-- figures' and tables' captions, tables, headings and admonition titles (no sentences; headings,
-  titles and table cells are still searched for names);
-- role targets: ``{eq}``, ``{numref}``, ``{doc}``, ``{ref}``, ``{cite}``, ``{prf:ref}``,
-  ``{term}`` and link URLs count as one word and no number. ``{func}``, ``{class}``, ``{meth}``
-  and ``{mod}`` count as one word and name a function.
-
-**Numbers.** A glued value (``{glue}``, ``{glue:}``, ``{glue:text}``; also ``{exec-time}``)
+**Numbers.** A glued value (``{glue}``, ``{glue:}``, ``{glue:text}``, also ``{exec-time}``)
 counts as one number; ``{glue:md}`` is glued *text* and does not. Outside math, a number is a
 run of digits that does not continue a word (``float64``, ``x_2`` are not numbers), with its
-thousands separators, decimals, exponent and unit suffix: ``1``, ``0.15``, ``30,000``, ``1e-4``,
-``10^4``, ``10⁴``, ``2.5×10⁴``, ``6k`` and ``2.5×`` each count once; ``U(0, 5)``, ``2–5`` and
-``1/31`` count twice. Numbers spelled in words (``four seeds``) do not count; references typed by
-hand (``Table 1``, ``chapter 03``) do, references made through roles do not.
+thousands separators, decimals, exponent and suffix: ``1``, ``0.15``, ``30,000``, ``1e-4``,
+``10^4``, ``10⁴``, ``2.5×10⁴``, ``6k``, ``2.5×`` count once each; ``U(0, 5)``, ``2–5``, ``1/31``
+twice. Numbers in words (``four seeds``) do not count; references typed by hand (``Table 1``,
+``chapter 03``) do, references made through roles do not.
 
 **Sentences** end at ``.``, ``!`` or ``?`` (and closing quotes or brackets) followed by a space
-and a character that is not a lowercase letter, except after an abbreviation (:data:`ABBREVIATIONS`:
-``e.g.``, ``i.e.``, ``Fig.``, ``Eq.``, ``cf.``, ``vs.``, ``et al.``, ...); decimals never end one.
-Every paragraph and list item starts a new sentence.
+and a character that is not a lowercase letter, except after an abbreviation
+(:data:`ABBREVIATIONS`: ``e.g.``, ``i.e.``, ``Fig.``, ``et al.``, ...); decimals never end one.
+Every paragraph and list item starts a new sentence, except that a paragraph that stops without
+punctuation before a display equation goes on in the next one ("Take $$...$$ with ...").
 
 **Names.** Experiment names are the registered ones (``attnlab.experiments.names()``, e.g.
-``pt_metastable``), as whole words, in text or inline code. File names end in a file extension
+``pt_metastable``), as whole words, in text or inline code. File names end in an extension
 (:data:`FILE_EXTENSIONS`) or are a path into the repository (``lib/attnlab/results/``). Function
-names are identifiers followed by ``(`` in inline code, dotted ``attnlab.`` paths, and
-``{func}``-like roles; they are reported with no target.
+names (reported, no target) are identifiers followed by ``(`` in inline code, dotted
+``attnlab.`` paths and ``{func}``-like roles.
 
 **Figures and worked examples.** A figure is a code cell with ``mystnb: figure:`` metadata or
 one that makes a figure (``plt.subplots``/``plt.figure``/``plt.show``, an ``attnlab.plotting``
 plot, a call of a function named ``*figure*``, ``glue`` of a ``fig``), or a ``{figure}``,
-``{glue:figure}`` or ``{image}`` directive. A **worked example** is a ``{prf:example}`` directive,
-an admonition whose title starts with "Worked example" or "Example", or a paragraph that starts
-with bold "**Worked example**"; a collapsed one does not count. "First figure at" is the share
-of the page's running-prose words that come before the first of them.
+``{glue:figure}`` or ``{image}`` directive; a cell whose output is removed or hidden is not.
+A **worked example** is a ``{prf:example}``, an
+admonition whose title starts with "Worked example" or "Example", or a paragraph that starts
+with the bold run-in title "**Worked example.**"; a collapsed one does not count. "First figure
+at" is the share of the page's running-prose words that come before the first of them.
 
 **Equations.** A page's own numbered display equations are its labelled math blocks in running
-text (``{math}`` with ``:label:``, ``$$...$$ (label)``, an amsmath environment with
-``\\label``), statements and proofs included. A page **derives something** if its running text
-holds a ``{prf:theorem}``, ``{prf:proposition}``, ``{prf:lemma}``, ``{prf:corollary}``,
-``{prf:definition}`` or ``{prf:proof}``: a definition states its object in mathematics, which
-is what a numbered equation is for.
+text (``{math}`` with ``:label:``, ``$$...$$ (label)``, amsmath with ``\\label``), statements and
+proofs included. A page **derives something** if its running text holds a ``{prf:theorem}``,
+``{prf:proposition}``, ``{prf:lemma}``, ``{prf:corollary}``, ``{prf:definition}`` or
+``{prf:proof}`` (a definition states its object in mathematics: what a numbered equation is for).
 
-**Targets** (:func:`failures`), for the chapters (every page under :data:`CHAPTER_FOLDERS`): at
-most :data:`MAX_NUMERIC_SHARE` of the sentences with three or more numbers, no experiment names
-and no file names, at least one own numbered display equation if the page derives something,
-and a figure or worked example before :data:`FIGURE_BEFORE` of the page. A part's ``index.md``
-is an overview, a map of the part read in a few minutes whose pictures are its chapters': it is
-held to every target but the figure. Lab notes and back matter are reported, not held.
+**Targets** (:func:`failures`), for every page under :data:`CHAPTER_FOLDERS`: at most
+:data:`MAX_NUMERIC_SHARE` of the sentences with three or more numbers, no experiment names and
+no file names, a numbered display equation if the page derives something, and a figure or worked
+example before :data:`FIGURE_BEFORE` of the page. A part's ``index.md`` is an overview, a map of
+the part read in a few minutes whose pictures are its chapters': it is held to every target but
+the figure. Lab notes and back matter are reported, not held.
 """
 
 from __future__ import annotations
@@ -73,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from convert_chapters import BOOK, ROOT, chapter_paths
 from markdown_it import MarkdownIt
 from mdit_py_plugins.amsmath import amsmath_plugin
 from mdit_py_plugins.colon_fence import colon_fence_plugin
@@ -82,9 +78,6 @@ from mdit_py_plugins.footnote import footnote_plugin
 from mdit_py_plugins.front_matter import front_matter_plugin
 from mdit_py_plugins.myst_blocks import myst_block_plugin
 from mdit_py_plugins.myst_role import myst_role_plugin
-
-ROOT = Path(__file__).resolve().parent.parent
-BOOK = ROOT / "book"
 
 #: Targets: the largest share of sentences with three or more numbers ...
 MAX_NUMERIC_SHARE = 0.08
@@ -97,7 +90,7 @@ CHAPTER_FOLDERS = ("attention", "linear-nn", "phase-transition", "in-context", "
 
 #: Words after which a full stop does not end the sentence (compared in lowercase).
 ABBREVIATIONS = frozenset(
-    "e.g i.e cf vs al fig figs eq eqs sec secs ch chap ref refs approx resp no nos p pp vol ed eds".split()
+    "e.g i.e i.i.d cf vs al fig figs eq eqs eqn sec secs ch chap ref refs approx resp pp vol".split()
 )
 FILE_EXTENSIONS = tuple("csv json py md ipynb c h yml yaml toml bib npz npy pt".split())
 
@@ -123,12 +116,17 @@ _NUMBER = re.compile(
     rf"(?:[eE][-+−]?\d+|\^[-−]?\d+|[{_SUP}]+)?"  # 1e-4  10^4  10⁴
     rf"(?:\s?[×x]\s?10(?:\^[-−]?\d+|[{_SUP}]+))?"  # 2.5×10⁴
 )
+_MATH_BLOCKS = frozenset({"math_block", "math_block_label", "amsmath"})
+_FINISHED = re.compile(r"[.!?:;][\"'”’)\]]*$")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*\s+")
 _LAST_WORD = re.compile(r"(\S+)[.!?][\"'”’)\]]*$")
 _FUNCTION_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\(")
 _ATTNLAB_PATH = re.compile(r"(?<![\w.])attnlab(?:\.\w+)+")
 _FILE = re.compile(rf"(?<![\w/.-])[\w.-]*[\w-]\.(?:{'|'.join(FILE_EXTENSIONS)})(?![\w.]*\w)")
-_PATH = re.compile(r"(?<![\w/.-])([\w.-]+)/(?:[\w.-]+/?)*")
+_PATH = re.compile(r"(?<![\w/.-])([\w.-]+)/(?:[\w.-]+/?)*")  # a path if it starts in _TOP_FOLDERS
+_TOP_FOLDERS = frozenset(
+    {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"attnlab", "results"}
+)
 
 _MD = (
     MarkdownIt("commonmark")
@@ -229,10 +227,8 @@ def failures(report: Report) -> list[str]:
 
 def page_kind(path: Path) -> str:
     """``chapter``, ``overview`` (a part's ``index.md``) or ``other``, from the page's folder."""
-    try:
-        parts = Path(path).resolve().relative_to(BOOK).parts
-    except ValueError:
-        return "other"
+    path = Path(path).resolve()
+    parts = path.relative_to(BOOK).parts if path.is_relative_to(BOOK) else ()
     if len(parts) == 2 and parts[0] in CHAPTER_FOLDERS:
         return "overview" if parts[1] == "index.md" else "chapter"
     return "other"
@@ -250,7 +246,7 @@ def check_text(text: str, kind: str = "chapter", names=None, path: Path | None =
         raise ValueError(f"kind must be 'chapter', 'overview' or 'other', got {kind!r}")
     names = experiment_names() if names is None else tuple(names)
     walker = _Walker(Report(Path(path or "<text>"), kind), names)
-    walker.blocks(_MD.parse(text), 0)
+    walker.blocks(_MD.parse(text), 1)
     return walker.report
 
 
@@ -269,6 +265,8 @@ def _options(body: str) -> tuple[dict, str, int]:
 
 
 def _makes_figure(source: str, options: dict) -> bool:
+    if re.search(r"remove[-_](cell|output)|hide[-_]output", str(options.get("tags", ""))):
+        return False  # not shown there (a glued figure is shown by its {glue:figure})
     mystnb = options.get("mystnb")
     if isinstance(mystnb, dict) and "figure" in mystnb:
         return True
@@ -280,19 +278,33 @@ def _makes_figure(source: str, options: dict) -> bool:
     )
 
 
+def _lead_in(children):
+    """The text token of the bold run-in title a paragraph starts with ("**Check.**"), or None."""
+    lead = [c for c in children if c.type != "text" or c.content][:3]
+    kinds = [c.type for c in lead]
+    if kinds == ["strong_open", "text", "strong_close"] and _FINISHED.search(lead[1].content):
+        return lead[1]
+    return None
+
+
+@dataclass
+class _Pending:
+    """A paragraph's last sentence, unfinished: it may go on after a display equation."""
+
+    line: int
+    text: str
+    math: bool = False  # a display equation came after it
+
+
 class _Walker:
     """Walks markdown-it's tokens of a page and fills in a :class:`Report`."""
 
     def __init__(self, report: Report, names: tuple[str, ...]):
         self.report = report
         self.gated = False  # inside a gated exercise or solution
-        self.experiment = (
-            re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, sorted(names, key=len, reverse=True)))})(?!\w)")
-            if names
-            else None
-        )
-        top = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} | {"attnlab", "results"}
-        self.top_folders = top
+        self.pending: _Pending | None = None
+        alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+        self.experiment = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)") if names else None
 
     def figure(self) -> None:
         if self.report.words_before_figure is None:
@@ -304,6 +316,11 @@ class _Walker:
         heading = False
         for i, token in enumerate(tokens):
             line = offset + (token.map[0] if token.map else 0)
+            display_math = token.type in _MATH_BLOCKS or token.info.startswith("{math}")
+            if display_math and self.pending:
+                self.pending.math = True
+            elif token.type not in ("paragraph_open", "paragraph_close", "inline"):
+                self.flush()
             if skip_until:
                 skip_until = None if token.type == skip_until else skip_until
                 continue
@@ -322,6 +339,19 @@ class _Walker:
                 after_paragraph = i > 0 and tokens[i - 1].type == "paragraph_open"
                 self.inline(token, line, sentences=after_paragraph and not heading)
                 heading = False
+        self.flush()
+
+    def record(self, line: int, sentence: str) -> None:
+        found = Found(line, sentence)
+        self.report.sentences.append(found)
+        self.report.words += len(sentence.split())
+        if count_numbers(sentence) >= MANY_NUMBERS:
+            self.report.numeric.append(found)
+
+    def flush(self) -> None:  # record the unfinished sentence held back, if any
+        if self.pending:
+            self.record(self.pending.line, self.pending.text)
+            self.pending = None
 
     def directive(self, token, line: int) -> None:
         name, _, argument = token.info[1:].partition("}")
@@ -346,40 +376,38 @@ class _Walker:
             title = argument.lower()
             if name == "prf:example" or title.startswith(("worked example", "example")):
                 self.figure()
-            if argument and not name.startswith("glue"):
-                self.names(argument, line)
+            self.names(argument, line)
             self.blocks(_MD.parse(body), line + 1 + n_options)
 
     def inline(self, token, line: int, sentences: bool) -> None:
         """One inline token: a paragraph's sentences, or (headings, table cells) only its names."""
-        plain, visible, autolink = [], [], False
+        plain, visible, autolink, at = [], [], False, line
         children = token.children or []
-        lead = [c for c in children if c.type != "text" or c.content][:2]
-        if sentences and len(lead) == 2 and lead[0].type == "strong_open":
-            if lead[1].content.lower().startswith("worked example"):
-                self.figure()
+        lead_in = _lead_in(children)  # a title, not a sentence
+        if sentences and lead_in and lead_in.content.lower().startswith("worked example"):
+            self.figure()
         for child in children:
             kind = child.type
             if kind == "text" and not autolink:
-                plain.append(child.content)
+                plain.append("" if child is lead_in else child.content)
                 visible.append(child.content)
             elif kind in ("softbreak", "hardbreak"):
                 plain.append("\n")
                 visible.append("\n")
+                at += 1
             elif kind.startswith("math_inline"):
                 plain.append(MATH)
             elif kind == "code_inline":
                 plain.append(CODE)
                 visible.append(f" {child.content} ")
-                for call in _FUNCTION_CALL.findall(child.content):
-                    self.report.functions.append(Found(line, call))
+                self.report.functions += [Found(at, call) for call in _FUNCTION_CALL.findall(child.content)]
             elif kind == "myst_role":
                 role = child.meta.get("name", "")
                 if role in _NUMBER_ROLES:
                     plain.append(NUM)
                 elif role in _FUNCTION_ROLES:
                     plain.append(CODE)
-                    self.report.functions.append(Found(line, child.content.lstrip("~")))
+                    self.report.functions.append(Found(at, child.content.lstrip("~")))
                 else:
                     plain.append(REF)
             elif kind == "link_open":
@@ -391,13 +419,21 @@ class _Walker:
             return
         text = "".join(plain)
         flat, cursor = text.replace("\n", " "), 0
-        for sentence in split_sentences(flat):
+        pending, self.pending, prefix = self.pending, None, ""
+        if pending and pending.math and not flat.lstrip()[:1].isupper():
+            # the sentence goes on after a display equation: "Take $$...$$ with ..."
+            prefix = f"{pending.text} {MATH} "
+            text, flat = prefix + text, prefix + flat
+        elif pending:
+            self.record(pending.line, pending.text)
+        sentences = split_sentences(flat)
+        for k, sentence in enumerate(sentences):
             cursor = flat.find(sentence, cursor)
-            found = Found(line + text[:cursor].count("\n"), sentence)
-            self.report.sentences.append(found)
-            self.report.words += len(sentence.split())
-            if count_numbers(sentence) >= MANY_NUMBERS:
-                self.report.numeric.append(found)
+            at = pending.line if cursor < len(prefix) else line + text[len(prefix) : cursor].count("\n")
+            if k == len(sentences) - 1 and not _FINISHED.search(sentence):
+                self.pending = _Pending(at, sentence)
+            else:
+                self.record(at, sentence)
 
     def names(self, text: str, line: int) -> None:
         """Experiment, file and function names in visible text (prose and inline code)."""
@@ -406,7 +442,7 @@ class _Walker:
             if self.experiment:
                 report.experiments += [Found(line + n, m) for m in self.experiment.findall(segment)]
             files = set(_FILE.findall(segment))
-            files |= {m.group(0) for m in _PATH.finditer(segment) if m.group(1) in self.top_folders}
+            files |= {m.group(0) for m in _PATH.finditer(segment) if m.group(1) in _TOP_FOLDERS}
             report.files += [Found(line + n, f) for f in sorted(files)]
             report.functions += [Found(line + n, f) for f in _ATTNLAB_PATH.findall(segment)]
 
@@ -429,23 +465,18 @@ def _table(reports: list[Report]) -> str:
 
 
 def _name(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(BOOK).with_suffix(""))
-    except ValueError:
-        return str(path)
+    path = Path(path).resolve()
+    return str(path.relative_to(BOOK).with_suffix("")) if path.is_relative_to(BOOK) else str(path)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="*", type=Path, help="pages to measure (default: every page)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list the sentences and names found")
-    parser.add_argument(
-        "--kind",
-        choices=("chapter", "overview", "other"),
-        help="hold every page as this kind (default: by folder)",
-    )
+    kinds = ("chapter", "overview", "other")
+    parser.add_argument("--kind", choices=kinds, help="hold every page as this kind (default: by folder)")
     args = parser.parse_args(argv)
-    paths = args.files or sorted(p for p in BOOK.rglob("*.md") if not any(s.startswith(".") for s in p.parts))
+    paths = args.files or chapter_paths()
     reports = [check(p, args.kind) for p in paths]
     print(_table(reports))
     for r in reports:
@@ -453,14 +484,14 @@ def main(argv=None) -> int:
         if missed or args.verbose:
             print(f"\n{_name(r.path)}: " + ("; ".join(missed) if missed else "meets the targets"))
         if args.verbose:
-            for label, found in (
-                (f"≥{MANY_NUMBERS} numbers", r.numeric),
-                ("experiment", r.experiments),
-                ("file", r.files),
-                ("function", r.functions),
-            ):
-                for f in found:
-                    print(f"  line {f.line}: [{label}] {f.text}")
+            found = {
+                "numbers": r.numeric,
+                "experiment": r.experiments,
+                "file": r.files,
+                "function": r.functions,
+            }
+            for label, f in sorted(((k, f) for k, fs in found.items() for f in fs), key=lambda x: x[1].line):
+                print(f"  line {f.line}: [{label}] {f.text}")
     return 0
 
 

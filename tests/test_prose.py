@@ -7,6 +7,7 @@ from pathlib import Path
 
 import prose_check as pc
 import pytest
+from convert_chapters import chapter_paths
 
 GOOD = Path(__file__).parent / "fixtures" / "prose" / "good.md"
 NAMES = ("pt_gd", "icl_mixed_noise")
@@ -35,6 +36,7 @@ def _check(text: str, kind: str = "chapter") -> pc.Report:
         ('He said "stop." Then left!', ['He said "stop."', "Then left!"]),
         ("Is it? Yes. 3 seeds agree.", ["Is it?", "Yes.", "3 seeds agree."]),
         ("No full stop at the end", ["No full stop at the end"]),
+        ("The answer is no. The next one is yes.", ["The answer is no.", "The next one is yes."]),
     ],
 )
 def test_split_sentences(text, expected):
@@ -72,10 +74,26 @@ def test_roles_math_and_code_carry_no_numbers():
     assert len(glued.numeric) == 1
 
 
+def test_run_in_titles_and_sentences_across_display_math():
+    report = _check(
+        "# T\n\n**Check.** The formula holds.\n\nTake\n\n```{math}\n:label: eq-a\nx = 1\n```\n\n"
+        "with $x$ the input. Then\n\n$$\ny\n$$\n\nThe next paragraph starts anew\n"
+    )
+    assert [f.text for f in report.sentences] == [
+        "The formula holds.",
+        f"Take {pc.MATH} with {pc.MATH} the input.",
+        "Then",
+        "The next paragraph starts anew",
+    ]
+    assert [f.line for f in report.sentences] == [3, 5, 12, 18]
+
+
 # --- what counts as running prose --------------------------------------------------------------
 
 ASIDES = {
     "margin": "```{margin}\n{body}\n```",
+    "colon-fence margin": ":::{margin}\n{body}\n:::",
+    "collapsed proof": "```{prf:proof}\n:class: dropdown\n{body}\n```",
     "dropdown": "```{admonition} How we checked this\n:class: dropdown\n{body}\n```",
     "exercise": "```{exercise}\n:label: ex-x\n{body}\n```",
     "solution": "```{solution} ex-x\n{body}\n```",
@@ -138,6 +156,7 @@ def test_first_figure(figure):
 def test_no_figure():
     for not_a_figure in (
         "```{code-cell} ipython3\nplotting.use_style()\nx = 1\n```",
+        "```{code-cell} ipython3\n:tags: [remove-output]\nfig, ax = plt.subplots()\nglue('f', fig)\n```",
         "```{admonition} Worked example\n:class: dropdown\nTwo tokens.\n```",
         "```{exercise}\n**Worked example.** Two tokens.\n```",
     ):
@@ -208,7 +227,7 @@ def test_page_kinds():
 
 # --- the book ----------------------------------------------------------------------------------
 
-HELD = [p for p in sorted(pc.BOOK.rglob("*.md")) if pc.page_kind(p) != "other"]
+HELD = [p for p in chapter_paths() if pc.page_kind(p) != "other"]
 
 
 def test_every_chapter_folder_has_pages():
@@ -224,3 +243,10 @@ def test_every_chapter_folder_has_pages():
 def test_chapter_meets_the_prose_targets(path):
     missed = pc.failures(pc.check(path))
     assert not missed, f"{path.relative_to(pc.BOOK)}: " + "; ".join(missed)
+
+
+def test_the_command_line_prints_the_table(capsys):
+    assert pc.main(["--kind", "chapter", "-v", str(GOOD)]) == 0
+    out = capsys.readouterr().out
+    assert "| page | sentences | with ≥3 numbers |" in out
+    assert "| 0.0% | 0 | 0 | 0 | 1 (derives) |" in out and "meets the targets" in out
