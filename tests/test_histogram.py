@@ -317,3 +317,23 @@ def test_committed_paper_results_of_part1_are_what_todays_code_computes():
             row["loss_end"], old["loss_end"], rtol=1e-5, atol=1e-20
         )
         assert np.isnan(old["T"]) if np.isnan(row["T"]) else abs(row["T"] / old["T"] - 1) < 1e-6
+
+
+def test_hist_sign_df_and_hist_finite_committed_results_are_what_todays_code_computes():
+    from attnlab import experiments
+    from attnlab.experiments.histogram import hist_finite, hist_sign_df
+
+    signs = experiments.load_result("hist_sign_df", "paper")
+    first = hist_sign_df({**signs.config, "n_starts": 4}, "cpu")  # the same generator, fewer starts
+    for row, old in zip(first, signs.rows[:4], strict=True):
+        assert row["exact"] == old["exact"] and row["small"] == old["small"]
+        assert row["scale"] == old["scale"] and row["error_ratio"] < 0.5
+    finite = experiments.load_result("hist_finite", "paper")
+    c = finite.config
+    (row,) = hist_finite({**c, "scales": [1e-2], "t_ends": [c["t_ends"][1]], "n_seeds": 1}, "cpu")
+    (old,) = [r for r in finite.rows if r["seed"] == 0 and np.isclose(r["sigma"], 1e-2)]
+    P_new = np.array([row[f"P{i}"] for i in range(36)])
+    P_old = np.array([old[f"P{i}"] for i in range(36)])
+    assert np.abs(P_new - P_old).max() < 1e-6 and np.isclose(row["test_loss"], old["test_loss"], rtol=1e-6)
+    with pytest.raises(ValueError, match="t_ends"):
+        hist_finite({**c, "t_ends": [1.0]}, "cpu")

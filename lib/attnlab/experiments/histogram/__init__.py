@@ -11,6 +11,12 @@
   isotropic surrogate ``c l_df`` from small starts (the lab notes of Part I).
 * ``hist_rates``: the asymptotic rate of ``l_df`` and ``l_tf`` against the initialisation scale,
   predicted and measured (chapters 4 and 5 load its committed paper-scale result).
+* ``hist_sign_df``: the sign at which gradient flow on ``l_df`` ends, against eq. ``eq-sign-df``
+  and the small-start rule, from random ``O(1)`` starts and targets (chapter 3).
+* ``hist_finite``: gradient flow on the loss of a finite training set, from random starts at
+  several scales: the training and population losses of the end points (chapter 6).
+
+The chapters load the committed paper-scale results of the last three, which take seconds each.
 
 The paper's own experimental settings are not public; "paper" scale is our larger setting
 (an alphabet of 26 letters, longer sequences, more scales and seeds).
@@ -35,6 +41,8 @@ __all__ = [
     "hist_overshoot",
     "hist_saddle",
     "hist_rates",
+    "hist_sign_df",
+    "hist_finite",
     "plateau_sweep",
     "rate_sweep",
 ]
@@ -312,4 +320,87 @@ def hist_rates(config: dict, device: str) -> list[dict]:
     rows = []
     for sweep in config["sweeps"]:
         rows += rate_sweep(**sweep, seed=config["seed"])
+    return rows
+
+
+@experiment(
+    "hist_sign_df",
+    book=dict(d=3, n_starts=5, scales=[0.3, 0.7, 1.2], t_end=300.0, seed=3),
+    paper=dict(d=6, n_starts=50, scales=[0.3, 0.7, 1.2], t_end=300.0, seed=3),
+    description="Part I: the sign at which gradient flow on l_df ends, against eq-sign-df",
+)
+def hist_sign_df(config: dict, device: str) -> list[dict]:
+    """From ``n_starts`` random starts (a standard normal ``M``; ``Q0``, ``v0`` of a scale drawn from
+    ``scales``, all from one generator seeded ``seed``), gradient flow on ``l_df`` to ``t_end``.
+
+    Each row: ``exact`` and ``small``, how many of the ``d`` columns end with the sign of eq.
+    ``eq-sign-df`` and of the small-start rule ``sign(m_hat_k . q_k(0) + v_k(0))``;
+    ``error_ratio``, the largest ``||e_k(t_end)|| / ||m_k||`` (below 1/2, no ``v_k`` can still change
+    sign, thm. ``thm-exp-df``).
+    """
+    d = check_int("d", config["d"], minimum=2)
+    n_starts = check_int("n_starts", config["n_starts"], minimum=1)
+    t_end = check_positive("t_end", config["t_end"])
+    scales = [check_positive("scales", float(s)) for s in config["scales"]]
+    rng = np.random.default_rng(config["seed"])
+    rows = []
+    for start in range(n_starts):
+        M = rng.standard_normal((d, d))
+        scale = rng.choice(scales)
+        Q0, v0 = scale * rng.standard_normal((d, d)), scale * rng.standard_normal(d)
+        Q_T, v_T = dn.gradient_flow(Q0, v0, M, [0.0, t_end], rtol=1e-8, atol=1e-10)
+        signs = np.sign(v_T[-1])
+        errors = np.linalg.norm(Q_T[-1] * v_T[-1] - M, axis=0) / np.linalg.norm(M, axis=0)
+        rows.append(
+            {
+                "start": start,
+                "scale": float(scale),
+                "exact": int(np.sum(signs == dn.sign_df(Q0, v0, M))),
+                "small": int(np.sum(signs == dn.sign_rule(Q0, v0, M))),
+                "error_ratio": float(errors.max()),
+            }
+        )
+    return rows
+
+
+@experiment(
+    "hist_finite",
+    book=dict(d=3, N=4, n_train=2, data_seed=100, scales=[1e-2, 1.0], t_ends=[40.0, 150.0], n_seeds=2),
+    paper=dict(
+        d=6, N=10, n_train=3, data_seed=100, scales=[1e-4, 1e-2, 1.0], t_ends=[40.0, 40.0, 150.0], n_seeds=4
+    ),
+    description="Part I: gradient flow on a finite training set of sequences, from several scales",
+)
+def hist_finite(config: dict, device: str) -> list[dict]:
+    """Histogram task, loss ``l_tf`` with the empirical moments of ``n_train`` sequences (seed
+    ``data_seed``); from ``scale`` times a random direction (seeds ``0..n_seeds-1``), gradient flow
+    to the matching entry of ``t_ends``.
+
+    Each row: ``sigma``, ``seed``, ``train_loss`` (the empirical loss at the end), ``test_loss`` (the
+    population loss ``l_tf`` there), and the end point ``P = Q Diag(v)`` as ``P0``, ``P1``, ...
+    (row-major).
+    """
+    d, N = check_int("d", config["d"], minimum=2), check_int("N", config["N"], minimum=2)
+    n_train = check_int("n_train", config["n_train"], minimum=1)
+    n_seeds = check_int("n_seeds", config["n_seeds"], minimum=1)
+    if len(config["t_ends"]) != len(config["scales"]):
+        raise ValueError("t_ends must have one entry per scale")
+    h = th.counts(th.sample_sequences(n_train, N, d, seed=config["data_seed"])).numpy()  # [n, d]
+    S_hat = np.einsum("na,nb,nc->abc", h, h, h) / n_train  # empirical moments
+    M, S = th.histogram_matrix(d), th.count_moments(N, d)
+    rows = []
+    for sigma, t_end in zip(config["scales"], config["t_ends"], strict=True):
+        sigma, t_end = check_positive("scales", float(sigma)), check_positive("t_ends", float(t_end))
+        for seed in range(n_seeds):
+            rng = np.random.default_rng(seed)
+            Q0, v0 = sigma * rng.standard_normal((d, d)), sigma * rng.standard_normal(d)
+            Q_t, v_t = dn.gradient_flow_tf(Q0, v0, M, [0.0, t_end], S_hat)
+            Q, v = Q_t[-1], v_t[-1]
+            row = {
+                "sigma": sigma,
+                "seed": seed,
+                "train_loss": float(dn.l_tf(Q, v, M, S_hat)),
+                "test_loss": float(dn.l_tf(Q, v, M, S)),
+            }
+            rows.append(row | {f"P{i}": float(x) for i, x in enumerate((Q * v).ravel())})
     return rows
