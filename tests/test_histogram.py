@@ -337,3 +337,21 @@ def test_hist_sign_df_and_hist_finite_committed_results_are_what_todays_code_com
     assert np.abs(P_new - P_old).max() < 1e-6 and np.isclose(row["test_loss"], old["test_loss"], rtol=1e-6)
     with pytest.raises(ValueError, match="t_ends"):
         hist_finite({**c, "t_ends": [1.0]}, "cpu")
+
+
+def test_hist_sign_rule_committed_result_is_what_todays_code_computes():
+    from attnlab import experiments
+    from attnlab.experiments.histogram import hist_sign_rule
+
+    committed = experiments.load_result("hist_sign_rule", "paper")
+    new = hist_sign_rule({**committed.config, "tasks": ["next_letter"], "n_seeds": 2}, "cpu")
+    old = [r for r in committed.rows if r["task"] == "next_letter" and r["seed"] < 2]
+    assert len(new) == len(old) == 2 * 2 * 6
+    for a, b in zip(new, old, strict=True):
+        assert (a["loss"], a["k"], a["predicted"], a["final"]) == (
+            b["loss"],
+            b["k"],
+            b["predicted"],
+            b["final"],
+        )
+        assert abs(a["r0"] - b["r0"]) < 1e-9

@@ -15,8 +15,10 @@
   and the small-start rule, from random ``O(1)`` starts and targets (chapter 3).
 * ``hist_finite``: gradient flow on the loss of a finite training set, from random starts at
   several scales: the training and population losses of the end points (chapter 6).
+* ``hist_sign_rule``: the sign rule of prop. ``prop-sign-rule`` against the signs at which gradient
+  flow on ``l_tf`` and on ``l_df`` ends, from small random starts on three tasks (chapter 5).
 
-The chapters load the committed paper-scale results of the last three, which take seconds each.
+The chapters load the committed paper-scale results of the last four, which take seconds each.
 
 The paper's own experimental settings are not public; "paper" scale is our larger setting
 (an alphabet of 26 letters, longer sequences, more scales and seeds).
@@ -43,6 +45,7 @@ __all__ = [
     "hist_rates",
     "hist_sign_df",
     "hist_finite",
+    "hist_sign_rule",
     "plateau_sweep",
     "rate_sweep",
 ]
@@ -403,4 +406,38 @@ def hist_finite(config: dict, device: str) -> list[dict]:
                 "test_loss": float(dn.l_tf(Q, v, M, S)),
             }
             rows.append(row | {f"P{i}": float(x) for i, x in enumerate((Q * v).ravel())})
+    return rows
+
+
+@experiment(
+    "hist_sign_rule",
+    book=dict(d=3, N=4, tasks=["histogram", "next_letter"], n_seeds=3, scale=0.1),
+    paper=dict(d=6, N=10, tasks=["histogram", "next_letter", "classes"], n_seeds=30, scale=0.1),
+    description="Part I: the sign rule against the end of gradient flow on l_tf and l_df",
+)
+def hist_sign_rule(config: dict, device: str) -> list[dict]:
+    """For each task and seed, a start of scale ``scale`` (seed ``seed``); for ``l_tf`` (moments of
+    sequences of length ``N``) and ``l_df``, one row per column ``k``: ``r0``, the escape coordinate
+    ``r_k(0)`` of eq. ``eq-sign-rule`` divided by ``scale``; ``predicted``, its sign; ``final``, the sign
+    of ``v_k(inf)`` from :func:`~attnlab.theory.diagonal_net.limit_point` (the flow itself on ``l_tf``).
+    """
+    d, N = check_int("d", config["d"], minimum=2), check_int("N", config["N"], minimum=2)
+    scale = check_positive("scale", config["scale"])
+    n_seeds = check_int("n_seeds", config["n_seeds"], minimum=1)
+    S = th.count_moments(N, d)
+    rows = []
+    for task in config["tasks"]:
+        M = th.task_matrix(task, d)
+        for seed in range(n_seeds):
+            rng = np.random.default_rng(seed)
+            Q0, v0 = scale * rng.standard_normal((d, d)), scale * rng.standard_normal(d)
+            for loss, S_loss in (("l_tf", S), ("l_df", None)):
+                final = np.sign(dn.limit_point(Q0, v0, M, S=S_loss)[1])
+                r0 = dn.escape_coordinates(Q0, v0, M, S_loss)
+                predicted = dn.sign_rule(Q0, v0, M, S_loss)
+                rows += [
+                    {"task": task, "seed": seed, "loss": loss, "k": k, "r0": float(r0[k] / scale)}
+                    | {"predicted": int(predicted[k]), "final": int(final[k])}
+                    for k in range(d)
+                ]
     return rows
