@@ -65,3 +65,14 @@ def test_small_init_plateau_slope_and_saddle():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_plateau_point_is_where_the_flow_is_at_the_plateau_time():
+    M = th.task_matrix("histogram", 4)
+    rng = np.random.default_rng(2)
+    Q0, v0 = 1e-3 * rng.standard_normal((4, 4)), 1e-3 * rng.standard_normal(4)
+    T, Q, v = dn.plateau_point(Q0, v0, M, fraction=0.9)
+    assert T == dn.plateau_time(Q0, v0, M, fraction=0.9)
+    Q_t, v_t = dn.gradient_flow(Q0, v0, M, [0.0, T])
+    assert np.abs(Q_t[-1] - Q).max() < 1e-8 and np.abs(v_t[-1] - v).max() < 1e-8
+    assert abs(dn.l_df(Q, v, M) / dn.l_df(Q0, v0, M) - 0.9) < 1e-8

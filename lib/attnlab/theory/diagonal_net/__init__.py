@@ -50,7 +50,13 @@ from attnlab.theory.diagonal_net.escape import (
     sign_df,
     sign_rule,
 )
-from attnlab.theory.diagonal_net.flow import gradient_descent, gradient_flow, gradient_flow_tf, plateau_time
+from attnlab.theory.diagonal_net.flow import (
+    gradient_descent,
+    gradient_flow,
+    gradient_flow_tf,
+    plateau_point,
+    plateau_time,
+)
 from attnlab.theory.diagonal_net.limit import limit_point, verify_limit_point, verify_signs
 from attnlab.theory.diagonal_net.rates import (
     asymptotic_rate,
@@ -93,6 +99,7 @@ __all__ = [
     "exponential_bound_tf",
     "limit_point",
     "plateau_time",
+    "plateau_point",
     "moment_spectrum",
     "isotropic_constant",
     "verify_limit_point",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.theory.diagonal_net.arguments import as_M, as_Qv, as_S
-from attnlab.theory.diagonal_net.flow import gradient_flow, gradient_flow_tf, plateau_time
+from attnlab.theory.diagonal_net.flow import plateau_point
 from attnlab.validation import check_real
 
 __all__ = [
@@ -86,18 +86,16 @@ def sign_df(Q0, v0, M) -> np.ndarray:
 def escape_alignment(Q0, v0, M, S=None, *, fraction: float = 0.99) -> np.ndarray:
     """``|cos(q_k, c_hat_k)|`` of every column when the loss has fallen to ``fraction`` of its start.
 
-    Gradient flow on ``l_df`` (``S=None``) or ``l_tf`` from ``(Q0, v0)`` up to the time
-    :func:`~attnlab.theory.diagonal_net.flow.plateau_time` gives; near the origin each ``q_k``
-    grows along ``c_hat_k`` (prop. ``prop-sign-rule``). Returns ``[d]`` (``NaN`` for a zero column).
+    Gradient flow on ``l_df`` (``S=None``) or ``l_tf`` from ``(Q0, v0)``, stopped at the time
+    :func:`~attnlab.theory.diagonal_net.flow.plateau_time` gives; near the origin each ``q_k`` grows
+    along ``c_hat_k`` (prop. ``prop-sign-rule``). Returns ``[d]`` (``NaN`` for a zero column).
     """
     M = as_M(M)
     Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
     fraction = check_real("fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True)
     C = escape_matrix(M, S)
     C_hat = C / np.where(np.linalg.norm(C, axis=0) > 0, np.linalg.norm(C, axis=0), 1.0)
-    t = [0.0, plateau_time(Q0, v0, M, fraction=fraction, S=S)]
-    Q_t = gradient_flow(Q0, v0, M, t)[0] if S is None else gradient_flow_tf(Q0, v0, M, t, S)[0]
-    q = Q_t[-1]
+    _, q, _ = plateau_point(Q0, v0, M, fraction=fraction, S=S)
     norms = np.linalg.norm(q, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.abs(np.sum(q * C_hat, axis=0)) / norms

@@ -22,6 +22,7 @@ __all__ = [
     "gradient_flow_tf",
     "gradient_descent",
     "plateau_time",
+    "plateau_point",
 ]
 
 RTOL = 1e-11
@@ -127,6 +128,11 @@ def plateau_time(Q0, v0, M, *, fraction: float = 0.5, S=None, t_max: float = 1e4
     ``l_df`` (``S=None``) or on ``l_tf`` (``S`` given). Raises ``RuntimeError`` if not reached by
     ``t_max`` (e.g. from a saddle).
     """
+    return plateau_point(Q0, v0, M, fraction=fraction, S=S, t_max=t_max)[0]
+
+
+def plateau_point(Q0, v0, M, *, fraction: float = 0.5, S=None, t_max: float = 1e4):
+    """:func:`plateau_time` and the point ``(Q [d, d], v [d])`` the flow has reached then."""
     M = as_M(M)
     Q0, v0 = as_Qv(Q0, v0, M.shape[0], batched=False)
     fraction = check_real("fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True)
@@ -149,4 +155,5 @@ def plateau_time(Q0, v0, M, *, fraction: float = 0.5, S=None, t_max: float = 1e4
     sol = integrate(grad_P, Q0, v0, np.array([0.0, t_max]), RTOL, ATOL, events=event)
     if sol.t_events[0].size == 0:
         raise RuntimeError(f"the loss did not reach {fraction} of its initial value by t_max={t_max}")
-    return float(sol.t_events[0][0])
+    y = sol.y_events[0][0]
+    return float(sol.t_events[0][0]), y[: d * d].reshape(d, d), y[d * d :]
