@@ -355,3 +355,15 @@ def test_hist_sign_rule_committed_result_is_what_todays_code_computes():
             b["final"],
         )
         assert abs(a["r0"] - b["r0"]) < 1e-9
+
+
+def test_sgd_below_the_stability_threshold_is_not_fastest_at_the_largest_step():
+    # ex-part1-lr: after 300 steps, learning rate 0.05 (still stable) is further from the
+    # solution than 0.04, and 0.06 fails: the rate does not grow with the step up to the threshold
+    from attnlab.experiments.histogram import train_sgd
+
+    final = {}
+    for lr in (0.04, 0.05, 0.06):
+        _, history = train_sgd(d=6, N=10, lr=lr, steps=300, seed=0, record_every=300, n_test=500)
+        final[lr] = history.as_arrays()["test_err"][-1]
+    assert final[0.04] < final[0.05] < 1e-6 and final[0.06] > 1
