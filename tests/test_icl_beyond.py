@@ -88,7 +88,7 @@ def test_gated_long_keeps_the_omegas_that_rebuild_its_gated_models():
     omega = {(r["seed"], r["layer"]): r for r in res.rows if r["kind"] == "gate_omega"}
     assert gate.keys() == omega.keys() and len(omega) == res.config["gated_depth"] * res.config["n_seeds"]
     # Rebuilt from its rows, the gated model scores what the experiment measured (same prompts).
-    from attnlab.experiments.icl_beyond import _eval_data
+    from attnlab.experiments.in_context.beyond import _eval_data
     from attnlab.models import GatedLinearTransformer
 
     L, spec = res.config["gated_depth"], res.config["gated_noise"][0]
