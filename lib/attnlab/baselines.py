@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from attnlab.spectral import Spectral, _as_torch, _out, _per_sequence, _problem, _ridge_t, _stats
+from attnlab.spectral import Spectral, _as_torch, _check_grid, _out, _per_sequence, _problem, _ridge_t, _stats
+from attnlab.token_noise import bayes_per_token
 from attnlab.validation import (
     check_finite,
     check_int,
     check_positive,
-    check_probabilities,
     check_real,
     check_shape,
 )
@@ -50,6 +50,7 @@ __all__ = [
     "ada_ridge",
     "adjusted_loss",
     "bayes_optimal",
+    "bayes_per_token",
     "em_reweighted_ridge",
     "half_mse",
     "implied_ridge",
@@ -293,17 +294,6 @@ def uniform_sigma_grid(sigma_max: float, n_nodes: int = 64) -> tuple[np.ndarray,
     n_nodes = check_int("n_nodes", n_nodes, minimum=1)
     t, w = np.polynomial.legendre.leggauss(n_nodes)
     return sigma_max * (t + 1) / 2, w / w.sum()
-
-
-def _check_grid(sigmas, probs):
-    s = np.asarray(sigmas.detach().cpu() if isinstance(sigmas, torch.Tensor) else sigmas, dtype=float)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"sigmas must be a non-empty 1-D array, got shape {list(s.shape)}")
-    if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError("sigmas must be finite and strictly positive (use ols/ridge for σ = 0)")
-    p = probs.detach().cpu().numpy() if isinstance(probs, torch.Tensor) else probs
-    p = check_probabilities("probs", p, size=s.size)
-    return torch.from_numpy(s), torch.from_numpy(p)
 
 
 def sigma_posterior(X, y, sigmas, probs):
