@@ -23,6 +23,10 @@ that differ only in the variance estimate ``σ̂²`` (chapter 04, eq. ``eq-ridge
 ``w`` when σ itself is unknown and drawn from a prior (a discrete grid, or a continuous uniform
 prior discretised by :func:`uniform_sigma_grid`). It mixes the ridge solutions for every σ on the
 grid with the posterior weights of σ (computed with a log-sum-exp).
+
+With one noise level per *token* (chapter 06), :func:`em_reweighted_ridge` fits the posterior mode
+of ``w`` by EM, and :func:`bayes_per_token` (from :mod:`attnlab.token_noise`) is the Bayes
+posterior mean, the floor no predictor beats on average.
 """
 
 from __future__ import annotations
@@ -372,10 +376,10 @@ def em_reweighted_ridge(X, y, x_query, sigmas, probs, *, n_iter: int = 50, retur
     - M-step: the weighted ridge ``w = (XᵀWX + I)⁻¹XᵀWy``, ``W = diag(Σ_k r_jk / σ_k²)``;
     - E-step: ``r_jk ∝ p_k N(y_j − x_jᵀw; 0, σ_k²)`` (normalised with a log-sum-exp),
 
-    ``n_iter`` times; no step lowers the objective. It is not the Bayes-optimal predictor (which
-    averages over the ``K^n`` assignments of levels) but uses the tokens one by one, which no
-    function of the Gram matrix can. Returns the prediction ``x_tᵀw`` ``[B]``, and ``w [B, d]``
-    with ``return_w=True``.
+    ``n_iter`` times; no step lowers the objective. It is not the Bayes-optimal predictor
+    (:func:`bayes_per_token`, which averages over the ``K^n`` assignments of levels) but uses the
+    tokens one by one, which no function of the Gram matrix can. Returns the prediction ``x_tᵀw``
+    ``[B]``, and ``w [B, d]`` with ``return_w=True``.
     """
     Xt, yt, qt, like = _problem(X, y, x_query)
     s, p = _check_grid(sigmas, probs)

@@ -183,7 +183,10 @@ def bayes_per_token(
     ``torch.Generator``) draws every chain; ``chunk`` prompts are sampled at a time.
     ``return_se=True`` also returns the Monte Carlo standard error of every prediction ``[B]``:
     each chain's kept sweeps are cut into ``n_batches`` consecutive batches and the standard error
-    is that of the mean of the ``n_chains · n_batches`` batch means (zero for ``"exact"``).
+    is that of the mean of the ``n_chains · n_batches`` batch means (zero for ``"exact"``). It is
+    honest when a batch is much longer than the chain's autocorrelation time (on chapter 06's
+    prompts about 2 sweeps for the median prompt, up to about 35 for the slowest of 400); for short
+    runs take ``n_batches=1`` (independent chain means) and more chains.
     """
     method = check_choice("method", method, ("exact", "gibbs"))
     Xt, yt, qt, like, s2, log_prior, chunk = _setup(X, y, x_query, sigmas, probs, chunk)
