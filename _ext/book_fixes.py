@@ -1,8 +1,8 @@
 """Small fixes and additions to Jupyter Book 1's HTML.
 
-- sphinx-thebe and sphinx-togglebutton register their inline scripts twice (once with the file
-  name ``None``, once with ``""``), and a page that declares ``const THEBE_JS_URL`` twice logs a
-  SyntaxError. Scripts with the same file and attributes are kept once.
+- sphinx-togglebutton registers its inline scripts twice (once with the file name ``None``,
+  once with ``""``; sphinx-thebe did too, and a page that declared ``const THEBE_JS_URL`` twice
+  logged a SyntaxError). Scripts with the same file and attributes are kept once.
 - pydata-sphinx-theme logs "invalid theme mode" when no default colour mode is set.
 - Every chapter's download menu offers its executed ``.ipynb``, with the outputs of this build
   (sphinx-book-theme only copies it when a launch button is configured, and the book has none;
