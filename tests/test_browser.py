@@ -193,7 +193,7 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "blurry": blurry,
         "raw_captions": [c for c in captions if _raw_label(c)],
         "away": [b for b in buttons if urlparse(b).netloc not in (host, "")],
-        "build": [] if _build_ok(build) else [f"footer says {build}, expected version {attnlab.__version__}"],
+        "build": _build_problems(build),
         "thebe": thebe,
         "run_locally": [
             link
@@ -224,21 +224,26 @@ _PAGE_PROBLEMS = (
     ("raw_captions", "captions with raw labels or markup"),
     ("away", "header buttons pointing to another host"),
     ("run_locally", 'a "run it locally" link that does not lead to the execution page\'s section'),
-    ("build", "no version, date and commit in the footer"),
+    ("build", "the footer's version, date and commit"),
     ("thebe", "sphinx-thebe assets (live code is off)"),
 )
 
 
-def _build_ok(build: dict | None) -> bool:
-    """The footer gives this library's version, an ISO date, and the commit (or says it is unknown)."""
-    if not build or build["version"] != attnlab.__version__:
-        return False
+def _build_problems(build: dict | None) -> list[str]:
+    """What is wrong with the footer's version, build date and commit (nothing: ``[]``)."""
+    if not build:
+        return ["no footer line with them"]
+    problems = []
+    if build["version"] != attnlab.__version__:
+        problems.append(f"version {build['version']}, the library's is {attnlab.__version__}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", build["date"] or ""):
-        return False
+        problems.append(f"date {build['date']!r}")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if head.returncode != 0:
-        return bool(build["commit"])
-    return (build["commit"] or "").split()[0] == head.stdout.strip()
+    if head.returncode == 0 and (build["commit"] or "").split()[:1] != [head.stdout.strip()]:
+        problems.append(f"commit {build['commit']!r}, HEAD is {head.stdout.strip()} (rebuild the book)")
+    elif head.returncode != 0 and not build["commit"]:
+        problems.append("no commit")
+    return problems
 
 
 def _looks_like_a_table(text: str) -> bool:
