@@ -189,17 +189,18 @@ def destinations(pdf: Path) -> dict[str, int]:
 def finish(
     printed: Path,
     numbers: Path,
-    contents_pages: int,
+    front_pages: int,
     entries: list[dict],
     out: Path,
     metadata: dict[str, str],
 ) -> None:
     """Write ``out``: ``printed`` with the page numbers of ``numbers`` laid over its first
-    ``contents_pages`` pages, and one bookmark per entry (``{id, depth, title}``, in order)."""
+    ``front_pages`` pages (the title page and the contents), and one bookmark per entry
+    (``{id, depth, title}``, in order)."""
     import pikepdf
 
     with pikepdf.open(printed) as doc, pikepdf.open(numbers) as stamp:
-        for number in range(contents_pages):
+        for number in range(front_pages):
             overlay = stamp.pages[number]
             if "/Annots" in overlay.obj:
                 del overlay.obj["/Annots"]

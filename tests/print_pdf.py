@@ -179,7 +179,7 @@ def near_empty_pages(pdf: Path, dpi: int = 20, front: int = 0) -> list[int]:
     return empty
 
 
-#: The two printed books: file, title-page line, title-page note, and whether the answers stay.
+#: The two printed books: their file, and the title page's edition line and note.
 EDITIONS = {
     "leader": {
         "pdf": PDF_DIR / "solvable-attention-leader.pdf",
@@ -235,22 +235,25 @@ def _print_edition(page, edition: dict, out: Path, work: Path) -> dict:
     )
     found = pdf_book.destinations(first)
     numbers = {entry["id"]: found.get(entry["id"]) for entry in entries}
-    # The contents end on the page before the first heading after them (the intro's title).
-    contents_pages = numbers[entries[0]["id"]] - 1
+    missing = [name for name, number in numbers.items() if number is None]
+    if missing:
+        raise ValueError(f"Chromium wrote no destination for the headings {missing[:5]} (of {len(missing)})")
+    # The title page and the contents end on the page before the first heading (the intro's title).
+    front_pages = numbers[entries[0]["id"]] - 1
     page.evaluate("numbers => attnlabPrint.pageNumbers(numbers)", numbers)
     page.evaluate("document.documentElement.classList.add('attnlab-print-numbers-only')")
     stamp = work / f"{out.stem}-numbers.pdf"
-    page.pdf(path=str(stamp), **PAPER, print_background=False, page_ranges=f"1-{contents_pages}")
+    page.pdf(path=str(stamp), **PAPER, print_background=False, page_ranges=f"1-{front_pages}")
     page.evaluate("document.documentElement.classList.remove('attnlab-print-numbers-only')")
     metadata = {
         "dc:title": f"Solvable Attention — {edition['title']}",
         "dc:description": f"Version {info['version']}, built {info['date']} from commit {info['commit']}",
     }
-    pdf_book.finish(first, stamp, contents_pages, entries, out, metadata)
+    pdf_book.finish(first, stamp, front_pages, entries, out, metadata)
     return {
         "info": info,
         "entries": [dict(entry, page=numbers[entry["id"]]) for entry in entries],
-        "contents_pages": contents_pages,
+        "front_pages": front_pages,
         "pages": pdf_book.page_count(out),
         "bookmarks": len(pdf_book.outline(out)),
     }
@@ -322,11 +325,11 @@ def main() -> int:
     )
     for name, edition in EDITIONS.items():
         done, out = seen[name], edition["pdf"]
-        empty = near_empty_pages(out, front=done["contents_pages"])
+        empty = near_empty_pages(out, front=done["front_pages"])
         failed = failed or bool(empty)
         print(
             f"{out}: {done['pages']} pages, {done['bookmarks']} bookmarks, {len(done['entries'])} entries in "
-            f"{done['contents_pages'] - 1} pages of contents, {done['answers']} answers, near-empty pages: "
+            f"{done['front_pages'] - 1} pages of contents, {done['answers']} answers, near-empty pages: "
             f"{empty or 'none'}"
         )
     for table in seen["clipped"]:

@@ -512,7 +512,7 @@ def test_pdf_of_the_whole_book(printed):
         )
         assert len(list(SHOTS.glob(f"pdf-{name}-*.png"))) == 4
         assert printed[name]["pages"] > MIN_PDF_PAGES, f"the {name} PDF has {printed[name]['pages']} pages"
-        empty = print_pdf.near_empty_pages(pdf, front=printed[name]["contents_pages"])
+        empty = print_pdf.near_empty_pages(pdf, front=printed[name]["front_pages"])
         assert empty == [], f"pages left almost blank in the {name} PDF: {empty}"
         assert "Show code cell" not in _pdf_text(pdf), f"a code cell's toggle is printed in the {name} PDF"
     clipped = printed["clipped"]
@@ -700,9 +700,9 @@ def test_pdf_contents_show_page_numbers(printed):
     import print_pdf
 
     for name, edition in print_pdf.EDITIONS.items():
-        contents = printed[name]["contents_pages"]
-        assert contents >= 2, f"{name}: no contents pages"
-        text = _pdf_text(edition["pdf"], "-layout", "-f", "2", "-l", str(contents))
+        front = printed[name]["front_pages"]
+        assert front >= 2, f"{name}: no contents pages"
+        text = _pdf_text(edition["pdf"], "-layout", "-f", "2", "-l", str(front))
         assert text.lstrip().startswith("Contents"), f"{name}: page 2 is not the contents"
         numbers = [
             int(match.group(1))
