@@ -1,7 +1,6 @@
 """The printed book's bookmarks: a heading's formulas written as text (tests/pdf_book.py)."""
 
 import pytest
-
 from pdf_book import bookmark_title, tex_to_text
 
 
