@@ -26,7 +26,7 @@ import numpy as np
 
 from attnlab.theory.phase_transition.authors import _AuthorsProblem
 from attnlab.theory.phase_transition.equations import BRANCHES, METHODS, STARTS, FixedPoint, _Problem, _result
-from attnlab.theory.phase_transition.prox import _check_common, _prox_batch, _target
+from attnlab.theory.phase_transition.prox import _check_common, _global_starts, _prox_batch, _target
 from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape, make_rng
 
 __all__ = ["continue_branch", "global_minimum", "hat_variables", "on_branch", "solve", "solve_both"]
@@ -52,7 +52,8 @@ def hat_variables(
 
     By default the averages use the Gauss–Hermite rule and the Stein form of the solver. With
     ``monte_carlo=N`` they are instead the direct averages of eq-pt-se-hats over ``N`` Gaussian
-    samples (ξ, η) drawn with ``seed``: an independent check of the quadrature. With
+    samples (ξ, η) drawn with ``seed``, with the same global prox as the solver (from u, -u and
+    0): an independent check of the quadrature. With
     ``method="authors"`` they are the authors' direct averages on their degree-7 rule, with the
     prox from h = 0 (as in :func:`solve_authors`).
     Returns ``{"q_hat", "m_hat", "V_hat", "theta_hat", "q", "m", "V", "theta"}``.
@@ -82,7 +83,7 @@ def hat_variables(
         u1, u2 = sq * xi[0] + m, sq * xi[1] - m  # eq-pt-se-fields
         hs1, hs2 = theta / sq * xi[0] + s_star * eta[0], theta / sq * xi[1] + s_star * eta[1]
         T = _target(hs1, hs2, omega, A)
-        h1, h2, _ = _prox_batch(u1, u2, V, T, sigma**2, [(u1, u2), (np.zeros(n), np.zeros(n))])
+        h1, h2, _ = _prox_batch(u1, u2, V, T, sigma**2, _global_starts(u1, u2))  # as the solver's
         g1, g2 = (h1 - u1) / V, (h2 - u2) / V
         theta_hat = alpha * np.mean(g1 * eta[0] + g2 * eta[1]) / s_star
         hats = (
