@@ -67,6 +67,9 @@ Public API (all importable from this package)
     Gauss–Hermite product rule for E over independent standard Gaussians.
 ``verify_eps_lin(answer, omega, sigma=0.5, A=None)``
     For exercises: raises ``ValueError`` with a message unless ``answer`` matches ``eps_lin``.
+``verify_alpha_c(answer, omega, ..., n_nodes=8, atol=0.01)``
+    For exercises: raises ``ValueError`` with a hint unless the two training losses cross within
+    ``atol`` of ``answer``.
 """
 
 from attnlab.theory.phase_transition import cubature
@@ -89,6 +92,7 @@ from attnlab.theory.phase_transition.thresholds import (
     alpha_l,
     branch_curves,
     eps_lin,
+    verify_alpha_c,
     verify_eps_lin,
 )
 
@@ -103,6 +107,7 @@ __all__ = [
     "branch_curves",
     "constrained",
     "continue_branch",
+    "verify_alpha_c",
     "verify_eps_lin",
     "cubature",
     "eps_lin",

@@ -35,12 +35,12 @@ STORED_CROSSING = [
 ]
 
 STORED_THEORY = {
-    # theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.5.csv, row 7: θ = 0.09842596151620471,
-    # V = 21.985500619549804 at α = 1.1875 (θ/σ² below). Its Φ column is not on the scale of
+    # theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.5.csv, row 7 at α = 1.1875 (θ/σ² below:
+    # θ = 0.09842596151620471). Its Φ column is not on the scale of
     # the ω = 0.3 files' (positive, about 0.127 α): the file was written by another version of
     # the notebook.
     "A": {"omega": 0.5, "alpha": 1.1875, "theta_over_sigma2": 0.09842596151620471 / 0.25,
-          "V": 21.985500619549804},
+          "q": 0.06893090948359723, "V": 21.985500619549804},
     # theory/repl_softmax_Mixed_sig0.5_lamb0.01_omega0.15_para_Aalt.csv, row 1 (files named
     # "_Aalt", the name of the appendix's alternative A in their scripts).
     "B": {"omega": 0.15, "alpha": 1.788888888888889, "m": 0.21805035664448585},
