@@ -146,3 +146,19 @@ def test_one_plain_step_of_solve_moves_by_one_minus_the_damping(both_at_2, branc
     want = x0 + (1 - damping) * (gx - x0)
     assert np.max(np.abs((1 - damping) * (gx - x0)) / (np.abs(x0) + 0.05)) < 0.2  # not clamped
     np.testing.assert_allclose(x1, want, rtol=1e-9, atol=1e-12)
+
+
+def test_verify_min_damping_right_and_wrong_answers():
+    # mu = -5.5: (1 - g)(-5.5) + g > -1  <=>  g > 4.5 / 6.5
+    assert se.verify_min_damping(4.5 / 6.5, -5.5).startswith("Correct")
+    with pytest.raises(ValueError, match="smallest damping"):
+        se.verify_min_damping(0.5, -5.5)
+    assert se.verify_min_damping(None, 1.4).startswith("Correct")  # no damping converges
+    with pytest.raises(ValueError, match="mu >= 1"):
+        se.verify_min_damping(0.9, 1.4)
+    assert se.verify_min_damping(0.0, 0.5).startswith("Correct")
+    with pytest.raises(ValueError, match="close enough to 1"):
+        se.verify_min_damping(None, 0.5)
+    # the criterion itself: just above the answer the damped step contracts, just below it does not
+    g = 4.5 / 6.5
+    assert abs((1 - (g + 1e-3)) * -5.5 + g + 1e-3) < 1 < abs((1 - (g - 1e-3)) * -5.5 + g - 1e-3)
