@@ -42,6 +42,11 @@ def test_the_stored_gradient_descent_means_are_their_files():
                   and r["informed"] == str(informed)]  # fmt: skip
         return float(row[column])
 
+    s7 = published.STORED_GD["sigma_0.7"]
+    (row,) = [r for r in _rows("results_mean_standardA.csv") if r["d"] == "1000" and r["sigma"] == "0.7"
+              and r["attention_lmbda"] == "0.01" and float(r["omega"]) == s7["omega"]
+              and float(r["alpha"]) == s7["alpha"] and r["informed"] == "False"]  # fmt: skip
+    assert float(row["attention_mag_mean"]) == s7["m_positional"]
     a = published.STORED_GD["A"]
     assert mean(a["omega"], a["alpha"], True, "attention_theta_mean") == a["theta_over_sigma2"]
     for (omega, alpha), m in published.STORED_GD["B"].items():

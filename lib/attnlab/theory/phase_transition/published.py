@@ -14,12 +14,25 @@ and ``empirics/results_mean_standardA.csv`` (means over 24 runs of gradient desc
 * :data:`STORED_CROSSING` – their stored theory curves at ω = 0.3 on both sides of their crossing
   (α, ε_t semantic, ε_t positional), ε_t = -Φ;
 * :data:`STORED_THEORY` – their stored metastable theory values at chapter 03's points A and B;
-* :data:`STORED_GD` – their stored gradient-descent means quoted in chapters 03 and 04.
+* :data:`STORED_GD` – their stored gradient-descent means quoted in chapters 03 and 04;
+* :data:`PROTOCOL` – their experiments' protocol (the paper's description and their scripts).
 """
 
 from __future__ import annotations
 
-__all__ = ["STORED_CROSSING", "STORED_GD", "STORED_THEORY", "TABLE"]
+__all__ = ["PROTOCOL", "STORED_CROSSING", "STORED_GD", "STORED_THEORY", "TABLE"]
+
+# Their gradient descent: d = 1000, 24 fresh draws per point, 25 values of α in [0.01, 2],
+# 5000 full-batch steps of lr 0.15 with weight decay λ.
+PROTOCOL = {
+    "d": 1000,
+    "n_seeds": 24,
+    "n_alpha": 25,
+    "alpha_min": 0.01,
+    "alpha_max": 2.0,
+    "steps": 5000,
+    "lr": 0.15,
+}
 
 # The paper's table of the two threshold lines, ω -> α.
 TABLE = {
@@ -56,6 +69,8 @@ STORED_GD = {
     # ω = 0.3, α = 2: test error from each start and |m| from the positional one
     "alpha_2": {"eps_g_semantic": 0.0014427437604268391, "eps_g_positional": 0.003491743008931478,
                 "m_positional": 0.26184023121992744},
+    # σ = 0.7, ω = 0.3, α = 1.005, positional start: |m| (chapter 04's exercise on σ)
+    "sigma_0.7": {"sigma": 0.7, "omega": 0.3, "alpha": 1.005, "m_positional": 0.20732251207033792},
     # ω = 0.3: the two grid values of α between which the mean training errors of the two
     # starts change order (semantic lower from the second on)
     "crossing": (1.3366666666666667, 1.4195833333333334),
