@@ -102,3 +102,44 @@ def test_verify_escape_times_on_a_right_and_a_wrong_answer():
         dn.verify_escape_times(right * norms, Q0, v0, M)
     with pytest.raises(ValueError, match="T_answer"):
         dn.verify_escape_times(right[:3], Q0, v0, M)
+
+
+def _riccati_with(mistake):
+    """eq-riccati-sol with one of three plausible mistakes (gradient-flow's "How we checked this")."""
+
+    def z(z0, delta_k, m_norm, t):
+        t = np.asarray(t, dtype=float)
+        g = {"gamma = 2m": 2 * m_norm, "4 delta^2": np.sqrt(4 * m_norm**2 + 4 * delta_k**2)}.get(
+            mistake, np.sqrt(4 * m_norm**2 + delta_k**2)
+        )
+        zp, zm = 2 * m_norm + g, 2 * m_norm - g
+        E = (z0 - zp) / (z0 - zm) * np.exp(-g * t)
+        return zp / (1 - E) if mistake == "no z-" else (zp - E * zm) / (1 - E)
+
+    return z
+
+
+def test_the_chapter_check_of_thm_rs_catches_a_wrong_formula_only_from_a_start_of_scale_one(monkeypatch):
+    # gradient-flow checks thm-rs to 1e-8 from an O(1), unbalanced, aligned start (class matrix):
+    # each mistake fails that check by far, while from a small start one of them passes it
+    from attnlab.theory.diagonal_net import closed_form
+
+    M = th.class_matrix([0, 1, 1, 2, 2, 2])
+    t = np.linspace(0, 15, 301)
+
+    def errors(scale):
+        rng = np.random.default_rng(0)
+        a0, b0 = scale * rng.standard_normal(6), 1.5 * scale * rng.standard_normal(6)
+        Q0 = M / np.linalg.norm(M, axis=0) * a0
+        Q_num, v_num = dn.gradient_flow(Q0, b0, M, t)
+        out = {}
+        for mistake in ("none", "gamma = 2m", "4 delta^2", "no z-"):
+            monkeypatch.setattr(closed_form, "riccati_z", _riccati_with(mistake))
+            Q_cf, v_cf = dn.closed_form_flow(Q0, b0, M, t)
+            out[mistake] = max(np.abs(Q_num - Q_cf).max(), np.abs(v_num - v_cf).max())
+        return out
+
+    big, small = errors(1.0), errors(1e-3)
+    assert big.pop("none") < 1e-8 and small.pop("none") < 1e-8
+    assert min(big.values()) > 1e-2  # at scale one every mistake is off by > 1e6 tolerances
+    assert min(small.values()) < 1e-8  # from a small start one mistake hides below the tolerance
