@@ -151,7 +151,8 @@ def test_rate_constant_is_the_rate_of_gaussian_starts_and_creeps_towards_one():
         med.append(np.median(r))
         spread.append(np.quantile(r, 0.9) - np.quantile(r, 0.1))
     assert np.all(np.diff(med) > 0) and np.all(np.diff(spread) < 0) and med[-1] < 1
-    assert abs(med[0] - 0.52) < 0.03 and abs(med[-1] - 0.87) < 0.01
+    # roughly 0.52, 0.61, 0.72 and 0.87 at d = 6, 26, 100, 1000
+    assert np.all(np.abs(np.array(med) - [0.52, 0.61, 0.72, 0.87]) < [0.03, 0.02, 0.02, 0.01])
     # the constant is a distribution, not the range "0.55-0.58" of two draws: few draws fall in it
     assert np.mean((drawn > 0.55) & (drawn < 0.58)) < 0.1
 
