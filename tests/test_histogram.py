@@ -362,8 +362,19 @@ def test_sgd_below_the_stability_threshold_is_not_fastest_at_the_largest_step():
     # solution than 0.04, and 0.06 fails: the rate does not grow with the step up to the threshold
     from attnlab.experiments.histogram import train_sgd
 
-    final = {}
+    final, models = {}, {}
     for lr in (0.04, 0.05, 0.06):
-        _, history = train_sgd(d=6, N=10, lr=lr, steps=300, seed=0, record_every=300, n_test=500)
+        models[lr], history = train_sgd(d=6, N=10, lr=lr, steps=300, seed=0, record_every=300, n_test=500)
         final[lr] = history.as_arrays()["test_err"][-1]
     assert final[0.04] < final[0.05] < 1e-6 and final[0.06] > 1
+    # why 0.05 converges: above 2 / lambda_max where gradient flow from the same start ends, below it
+    # at the flatter minimum where SGD ends
+    from attnlab.theory import diagonal_net as dn
+
+    S = th.count_moments(10, 6)
+    start = LinearSelfAttention(6, init_scale=0.1, seed=0)
+    Q_lim, v_lim = dn.limit_point(start.W.detach().numpy(), start.v.detach().numpy(), np.eye(6), S=S)
+    lam_flow = np.linalg.eigvalsh(dn.hessian(Q_lim, v_lim, np.eye(6), S))[-1]
+    W, v = (p.detach().numpy() for p in (models[0.05].W, models[0.05].v))
+    lam_sgd = np.linalg.eigvalsh(dn.hessian(W, v, np.eye(6), S))[-1]
+    assert 2 / lam_flow < 0.05 < 2 / lam_sgd
