@@ -9,9 +9,11 @@ asserts the effect the guide states in the item's "What happens".
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import subprocess
+import time
 
 import jupytext
 import myst_nb
@@ -19,7 +21,8 @@ import numpy as np
 import pytest
 from convert_chapters import BOOK
 
-from attnlab.experiments import run
+from attnlab.experiments import load_result, run
+from attnlab.pages import phase_transition as pages
 from attnlab.reading import WORDS_PER_MINUTE, book_dir, minutes, words
 from attnlab.tasks import histogram as th
 from attnlab.theory import diagonal_net as dn
@@ -301,3 +304,136 @@ def test_session11_smaller_start_and_noisy_labels(monkeypatch):
     longer = _half_time(small["h"], m) - _half_time(h, m)
     assert abs(longer * gamma / math.log(100) - 1) < 0.1
     assert abs(noisy["m"] / m - 1) > 1e-3  # the noise moves m
+
+
+# --- the guide's sessions: five parts each, every change live run and timed -------------------
+
+LIVE_SECONDS = 30  # a change live runs in under 30 s on one core
+
+
+@pytest.fixture(autouse=True)
+def _one_core_under_30_s(request):
+    """Every ``test_session*`` runs on one thread of torch and in under ``LIVE_SECONDS`` of CPU
+    time (all threads counted, so more threads only make it stricter). The test also runs the
+    chapter's cells before the change and the baseline, so this bounds the live change from
+    above."""
+    if not request.node.name.startswith("test_session"):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    start = time.process_time()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+    used = time.process_time() - start
+    assert used < LIVE_SECONDS, f"{request.node.name}: {used:.1f} s of CPU"
+
+
+def sessions() -> dict[int, str]:
+    """The guide's sessions: number -> the text of its section."""
+    text = GUIDE.read_text()
+    heads = list(re.finditer(r"^## Session (\d+) ·", text, re.M))
+    ends = [h.start() for h in heads[1:]] + [len(text)]
+    return {int(h.group(1)): text[h.start() : e] for h, e in zip(heads, ends, strict=True)}
+
+
+def guide_snippet(session: int, start: str) -> str:
+    """The one inline code span of session ``session``'s Change live that starts with ``start``."""
+    block = sessions()[session]
+    live = block[block.index("**Change live.**") :]
+    found = [s for s in re.findall(r"`([^`\n]+)`", live) if s.startswith(start)]
+    assert len(found) == 1, (session, start, found)
+    return found[0]
+
+
+def test_guide_every_session_has_the_five_parts():
+    found = sessions()
+    assert list(found) == list(range(1, 12))
+    tests = {n for n in globals() if n.startswith("test_session")}
+    for k, block in found.items():
+        for part in ("**Pre-read**", "**If time is short.**", "**Change live.**"):
+            assert block.count(part) == 1, (k, part)
+        # a 90-minute plan: the table's slots follow each other from 0 to 90 minutes
+        slots = re.findall(r"^\| (\d+)–(\d+) min \|", block, re.M)
+        ends = [0] + [int(b) for _, b in slots]
+        assert [int(a) for a, _ in slots] == ends[:-1] and ends[-1] == 90, (k, slots)
+        questions = block[block.index("**Discussion questions.**") :]
+        assert len(re.findall(r"^\d+\. ", questions, re.M)) >= 3, k
+        # the change live comes with its answer, and a test below makes it
+        live = block[block.index("**Change live.**") :]
+        assert "```{admonition} What happens" in live or k == 11, k
+        assert any(t.startswith(f"test_session{k}_") for t in tests), k
+    assert "{admonition} What happens" in found[11]
+
+
+def test_guide_runs_between_sessions_are_short_or_marked_optional():
+    for k, block in sessions().items():
+        if "**To run between sessions" not in block:
+            continue
+        between = block[block.index("**To run between sessions") :].split("\n\n")[0]
+        assert "under 15 minutes" in between, k
+        for heavy in ("reproduce_table", "--scale paper", "--scale cpu"):
+            if heavy in between:
+                assert "Optional, at paper scale" in between.split(heavy)[0], (k, heavy)
+
+
+def test_guide_cross_references_resolve():
+    """Every {doc}, {ref}, {prf:ref}, {eq} and {numref} of the guide names a page or a label of the
+    book (the build's -W also catches these; this test says which)."""
+    labels = set()
+    for page in BOOK.rglob("*.md"):
+        text = page.read_text()
+        labels |= set(re.findall(r"^\(([\w-]+)\)=", text, re.M))
+        labels |= set(re.findall(r"^:label: ([\w-]+)", text, re.M))
+    text = GUIDE.read_text()
+    cited = re.findall(r"\{(doc|ref|prf:ref|eq|numref)\}`(?:[^`<]*<)?([^`>]+)>?`", text)
+    assert cited
+    for role, target in cited:
+        if role == "doc":
+            assert (BOOK / f"{target}.md").is_file(), target
+        else:
+            assert target in labels, (role, target)
+
+
+def test_session5_the_branches_either_side_of_alpha_c():
+    chapter = "phase-transition/03-transition"
+    assert_in_chapter(chapter, "omega, sigma, lam = 0.3, 0.5, 0.01")
+    assert_in_chapter(chapter, 'print(f"alpha_c = {a_c:.4f}, alpha_l = {a_l:.4f}, eps_lin = {eps_lin:.5f}")')
+    (row,) = pages.theory_rows(load_result("pt_theory", "paper"), kind="transition", name="alpha_c")
+    assert 1.0 < float(row["alpha"]) < 2.0  # alpha = 1 and 2 lie either side of alpha_c
+    cell = guide_snippet(5, "{b: se.solve(2.0,")
+    ns = {"se": se, "omega": 0.3, "sigma": 0.5, "lam": 0.01}
+    eps = {a: eval(cell.replace("2.0", a), ns) for a in ("2.0", "1.0")}
+    assert eps["2.0"]["semantic"] < 0.9 * eps["2.0"]["positional"]  # lower by more than 10 %
+    assert eps["1.0"]["positional"] < 0.95 * eps["1.0"]["semantic"]  # lower by more than 5 %
+
+
+def test_session9_the_posterior_reads_the_noise_level(monkeypatch):
+    chapter, until = "in-context/04-mixed-noise", "post = torch.softmax("
+    cell = guide_snippet(9, "post.mean(0)")
+    weight = {}
+    for noise in ("uniform:3", "fixed:5"):
+        ns = run_chapter(chapter, until, {'noise="uniform:3"': f'noise="{noise}"'}, monkeypatch)
+        assert ns["sig"].tolist() == [1.0, 3.0, 5.0]
+        weight[noise] = float(eval(cell, ns)[2])  # the mean weight on sigma = 5
+    assert weight["uniform:3"] < 0.02 and weight["fixed:5"] > 0.8
+
+
+def test_session10_a_milder_fixed_decay():
+    assert_in_chapter("in-context/05-trained-model", 'dec = run("icl_decay", "book")')
+    line = guide_snippet(10, 'dec = run("icl_decay", "book", overrides=')
+    ns = {"run": functools.partial(run, cache=False)}
+    exec(line, ns)
+
+    def adjusted(result, variant):
+        return {r["seed"]: r["adjusted"] for r in result.rows if r["variant"] == variant}
+
+    milder, none_ = adjusted(ns["dec"], "fixed:0.95"), adjusted(ns["dec"], "none")
+    book = adjusted(run("icl_decay", "book"), "fixed:0.8")
+    assert set(milder) == set(none_) == set(book) and len(milder) >= 2
+    for seed, loss in milder.items():
+        assert none_[seed] < loss < book[seed] / 2  # worse than none, less than half of 0.8's
