@@ -113,8 +113,9 @@ bench: $(STAMP)
 
 # Plausible bugs (tests/mutations.toml) put one at a time into a scratch copy of the library under
 # _build/mutate: each must make its module's tests fail (tests/mutate.py, 2 processes; not part of
-# `make test`, its time is in `make bench BENCH_ARGS="--only mutate"`). MUTATE_ARGS=--suite also tries a
-# survivor against the whole unit suite; MUTATE_ARGS="--only ID ..." runs some of them.
+# `make test`; `make bench` reports the last whole run's time from its record). MUTATE_ARGS=--suite
+# also tries a survivor against the whole unit suite; MUTATE_ARGS="--only ID ..." runs some of them,
+# MUTATE_ARGS=-j1 one at a time.
 mutate: $(STAMP)
 	$(BIN)/python tests/mutate.py $(MUTATE_ARGS)
 

@@ -9,7 +9,8 @@ mutation is *caught* when they fail, *survives* when they pass; with ``--suite``
 again against the whole unit suite. A snippet that is not in its file exactly once *does not apply*
 (an error: the list is stale). Mutations run side by side on ``--jobs`` processes (2).
 
-The report is a table on stdout and ``_build/mutate/report.json``; the exit status is non-zero if any
+The report is a table on stdout and ``_build/mutate/report.json`` (``report-only.json`` for a run
+of some of them: ``make bench`` reads the last whole run's); the exit status is non-zero if any
 mutation survives or does not apply.
 
     python tests/mutate.py [--jobs 2] [--suite] [--only ID ...] [--list]
@@ -127,7 +128,7 @@ def _first_failure(log: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python tests/mutate.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2, help="mutations run side by side (default 2)")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="mutations run side by side (default 2)")
     parser.add_argument("--suite", action="store_true", help="try a survivor against the whole unit suite")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these mutations")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
@@ -154,10 +155,14 @@ def main(argv=None) -> int:
             print(f"{r['outcome']:>24s}  {r['seconds']:6.0f} s  {r['id']}  {r['detail'][-160:]}", flush=True)
     wall = time.monotonic() - started
     caught = sum(r["outcome"] == "caught" for r in results)
-    report = {"wall_s": wall, "jobs": args.jobs, "total": len(results), "caught": caught, "results": results}
-    (SCRATCH / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    report = {"wall_s": wall, "jobs": args.jobs, "total": len(results), "caught": caught,
+              "finished": finished, "results": results}  # fmt: skip
+    # the benchmark reads the record of the last whole run; a run of some mutations has its own
+    path = SCRATCH / ("report-only.json" if args.only else "report.json")
+    path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"\n{caught} of {len(results)} mutations caught by their module's tests in {wall:.0f} s "
-          f"({args.jobs} processes); report: {SCRATCH / 'report.json'}")  # fmt: skip
+          f"({args.jobs} processes); report: {path}")  # fmt: skip
     bad = [r for r in results if r["outcome"] != "caught"]
     for r in bad:
         print(f"NOT CAUGHT ({r['outcome']}): {r['id']} in {r['file']}: {r['detail'][:300]}")
