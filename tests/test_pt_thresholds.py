@@ -135,3 +135,15 @@ def test_bracket_root_sees_a_root_on_a_grid_point_and_keeps_to_one_interval():
     assert grid[0] <= near <= grid[1]
     # no sign change: no root
     assert np.isnan(_bracket_root(lambda x: x * x + 1.0, 0.0, 3.0, 4, 1e-10))
+
+
+def test_verify_alpha_c_accepts_the_root_and_rejects_answers_on_either_side():
+    # the root at 8 nodes is 1.245 (omega = 0.3)
+    right = se.alpha_c(0.3, n_nodes=8, xtol=1e-3, bracket=(1.0, 1.5))
+    assert se.verify_alpha_c(right, 0.3).startswith("Correct")
+    with pytest.raises(ValueError, match="too small"):
+        se.verify_alpha_c(right - 0.05, 0.3)
+    with pytest.raises(ValueError, match="too large"):
+        se.verify_alpha_c(right + 0.05, 0.3)
+    with pytest.raises(ValueError, match="answer"):
+        se.verify_alpha_c(-1.0, 0.3)
