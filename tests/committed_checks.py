@@ -124,6 +124,21 @@ def beyond_gated(noise: str, seed: int):
     return fn
 
 
+def bayes_floor_oracle(res) -> list[dict]:
+    """icl_bayes_floor's oracle column of every block: its prompts (icl_beyond's evaluation
+    prompts, drawn again) and the oracle ridge on them (float64); the Bayes columns are Gibbs
+    chains on the run's device (see :data:`test_committed_results.NOT_REDERIVED`)."""
+    from attnlab import baselines as bl
+    from attnlab.experiments.in_context import beyond
+
+    config = committed_config(res.name + "-" + res.scale)
+    spec, N, block = config["noise"], config["n_floor"], config["block"]
+    data = beyond._eval_data([spec], config)
+    X, y, xq, t = data["X"][:N], data["y"][spec][:N], data["x_query"][:N], data["target"][:N]
+    oracle_sq = 0.5 * (bl.oracle_ridge(X, y, xq, data["sigma"][spec][:N]) - t) ** 2
+    return [{"start": s, "oracle_loss": float(oracle_sq[s : s + block].mean())} for s in range(0, N, block)]
+
+
 # ------------------------------------------------------------------------------------------------
 # Part II
 # ------------------------------------------------------------------------------------------------
