@@ -329,6 +329,12 @@ class StoredModel(Spec):
         compare_rows([row], res.rows, keys, tuple(row)[5:], self.rtol)
 
 
+@functools.cache
+def _oracle_mean(n_eval: int, d: int, n: int, seed: int, noise: str, chunk: int) -> float:
+    """The oracle's mean loss on a set of evaluation prompts (kept: several results share a set)."""
+    return float(_prompts(n_eval, d, n, seed, noise, chunk).oracle_sq[noise].mean())
+
+
 @dataclass(frozen=True)
 class Oracle(Spec):
     """The oracle's mean loss on the run's evaluation prompts of ``noise`` (the ``oracle_loss`` of
@@ -341,8 +347,7 @@ class Oracle(Spec):
         res, config = committed(stem), committed_config(stem)
         got = []
         for noise in self.noise:
-            p = _prompts(
-                config["n_eval"], config["d"], config["n"], config["eval_seed"], noise, config["chunk"]
-            )
-            got.append({"kind": "table", "noise": noise, "oracle_loss": float(p.oracle_sq[noise].mean())})
+            mean = _oracle_mean(config["n_eval"], config["d"], config["n"], config["eval_seed"], noise,
+                                config["chunk"])  # fmt: skip
+            got.append({"kind": "table", "noise": noise, "oracle_loss": mean})
         compare_rows(got, res.rows, ("kind", "noise"), ("oracle_loss",), self.rtol)

@@ -7,6 +7,7 @@ start of a Monte-Carlo step, the runs a table was spliced from).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from committed import RESULTS, committed_config
@@ -32,13 +33,19 @@ def spliced_table(res) -> list[dict]:
         return ex.load_result(res.name, res.scale, directory=Path(path).parent).rows
 
 
-def _beyond(res, noise):
-    """icl_beyond's evaluation prompts of ``noise`` and the oracle's loss on them, as the run drew them."""
+@functools.lru_cache(maxsize=3)  # icl_beyond's runs and icl_bayes_floor share prompt sets (~0.1 GB each)
+def _beyond_data(noise: tuple, d: int, n: int, n_eval: int, eval_seed: int):
     from attnlab.experiments.in_context import beyond
 
+    data = beyond._eval_data(list(noise), {"d": d, "n": n, "n_eval": n_eval, "eval_seed": eval_seed})
+    return data, beyond._oracle_sq(list(noise), data)
+
+
+def _beyond(res, noise):
+    """icl_beyond's evaluation prompts of ``noise`` and the oracle's loss on them, as the run drew them."""
     config = committed_config(res.name + "-" + res.scale)
-    data = beyond._eval_data(list(noise), config)
-    return config, data, beyond._oracle_sq(list(noise), data)
+    keys = tuple(config[k] for k in ("d", "n", "n_eval", "eval_seed"))
+    return (config, *_beyond_data(tuple(noise), *keys))
 
 
 def _model_row(group, model_name, L, noise, seed, model, config, data, osq) -> dict:
@@ -64,12 +71,15 @@ def beyond_baselines(noise: str):
 
 
 def beyond_construction(L: int):
-    """icl_beyond's Thm 5.1 construction rows at depth ``L`` computed again."""
+    """icl_beyond's Thm 5.1 construction rows at depth ``L`` with the worst-case and the
+    Marchenko-Pastur bounds, computed again (the run's tuning prompts cut to 100: the tuned
+    bounds' row, which depends on them, is left out)."""
 
     def fn(res):
         from attnlab.experiments.in_context import beyond
 
-        return beyond._construction_rows({**committed_config(res.name + "-" + res.scale), "gdpp_depths": [L]})
+        config = {**committed_config(res.name + "-" + res.scale), "gdpp_depths": [L], "n_tune": 100}
+        return [r for r in beyond._construction_rows(config) if r["bounds"] != "tuned"]
 
     return fn
 
@@ -128,14 +138,9 @@ def bayes_floor_oracle(res) -> list[dict]:
     """icl_bayes_floor's oracle column of every block: its prompts (icl_beyond's evaluation
     prompts, drawn again) and the oracle ridge on them (float64); the Bayes columns are Gibbs
     chains on the run's device (see :data:`test_committed_results.NOT_REDERIVED`)."""
-    from attnlab import baselines as bl
-    from attnlab.experiments.in_context import beyond
-
-    config = committed_config(res.name + "-" + res.scale)
-    spec, N, block = config["noise"], config["n_floor"], config["block"]
-    data = beyond._eval_data([spec], config)
-    X, y, xq, t = data["X"][:N], data["y"][spec][:N], data["x_query"][:N], data["target"][:N]
-    oracle_sq = 0.5 * (bl.oracle_ridge(X, y, xq, data["sigma"][spec][:N]) - t) ** 2
+    config, _, osq = _beyond(res, [res.config["noise"]])
+    N, block = config["n_floor"], config["block"]
+    oracle_sq = osq[config["noise"]][:N]
     return [{"start": s, "oracle_loss": float(oracle_sq[s : s + block].mean())} for s in range(0, N, block)]
 
 
