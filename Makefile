@@ -24,7 +24,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # The book's figure style for every matplotlib figure of every chapter (nbval, build, lab).
 export MATPLOTLIBRC := $(CURDIR)/lib/attnlab/attnlab.mplstyle
 
-.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench pdf singlehtml normalize
+.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench pdf singlehtml normalize mutate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -112,6 +112,14 @@ lab: $(STAMP)
 # `make book`'s cold execution of every chapter and `make test`).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+# Plausible bugs (tests/mutations.toml) put one at a time into a scratch copy of the library under
+# _build/mutate: each must make its module's tests fail (tests/mutate.py, 2 processes; not part of
+# `make test`; `make bench` reports the last whole run's time from its record). MUTATE_ARGS=--suite
+# also tries a survivor against the whole unit suite; MUTATE_ARGS="--only ID ..." runs some of them,
+# MUTATE_ARGS=-j1 one at a time.
+mutate: $(STAMP)
+	$(BIN)/python tests/mutate.py $(MUTATE_ARGS)
 
 # Every chapter rewritten once in the exact style jupytext writes (cell options folded into one
 # line each), so that saving an unchanged chapter in JupyterLab leaves `git diff` empty.

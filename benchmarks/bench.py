@@ -547,6 +547,45 @@ def build_rows(build_res) -> list[str]:
     ]
 
 
+MUTATE_REPORT = ROOT / "_build" / "mutate" / "report.json"
+
+
+def last_mutate() -> tuple[int, dict]:
+    """The last ``make mutate`` run's report (``_build/mutate/report.json``, written by
+    ``tests/mutate.py``) and the exit status it implies: it takes long (every mutation against its
+    module's tests), so the benchmark reads its record instead of running it again."""
+    if not MUTATE_REPORT.exists():
+        raise RuntimeError(f"no record of a `make mutate` run at {MUTATE_REPORT}: run it first")
+    report = json.loads(MUTATE_REPORT.read_text())
+    return int(report["caught"] != report["total"]), report
+
+
+def bench_mutate(runner=last_mutate) -> dict:
+    """``make mutate``'s time and what it caught: every plausible bug of ``tests/mutations.toml``
+    against its module's tests (read from its last run's record by default)."""
+    status, report = runner()
+    return {
+        "wall": report["wall_s"],
+        "jobs": report["jobs"],
+        "total": report["total"],
+        "caught": report["caught"],
+        "ok": status == 0,
+        "not_caught": [r["id"] for r in report["results"] if r["outcome"] != "caught"],
+        "finished": report.get("finished", ""),
+    }
+
+
+def mutate_rows(mutate_res) -> list[str]:
+    """The summary table's row for :func:`bench_mutate`'s result."""
+    if not mutate_res:
+        return []
+    m = mutate_res
+    return [
+        f"| `make mutate`: {m['total']} plausible bugs, each against its module's tests, {m['jobs']} processes "
+        f"| (absolute) | {m['wall']:.0f} s, {m['caught']} of {m['total']} caught | every one caught |"
+    ]
+
+
 # ------------------------------------------------------------------------------------------------
 # Report.
 # ------------------------------------------------------------------------------------------------
@@ -556,9 +595,9 @@ def _g(x, fmt=".3g"):
     return format(x, fmt)
 
 
-def summary_table(se_res, pd_res, icl_res, th_res=None, build_res=None) -> str:
+def summary_table(se_res, pd_res, icl_res, th_res=None, build_res=None, mutate_res=None) -> str:
     lines = ["| Benchmark | Baseline | Ratio (measured side by side) | Target |", "|---|---|---|---|"]
-    lines += build_rows(build_res)
+    lines += build_rows(build_res) + mutate_rows(mutate_res)
     if se_res:
         eq = se_res["equal_accuracy"]
         lines.append(
@@ -622,6 +661,7 @@ def render(
     th_res=None,
     build_res=None,
     carried=(),
+    mutate_res=None,
 ) -> str:
     """The Markdown report; ``carried`` names the parts kept from an earlier run (not measured now)."""
     if load is None:
@@ -650,9 +690,21 @@ def render(
         "",
         "## Summary",
         "",
-        summary_table(se_res, pd_res, icl_res, th_res, build_res),
+        summary_table(se_res, pd_res, icl_res, th_res, build_res, mutate_res),
         "",
     ]
+    if mutate_res:
+        missed = ", ".join(mutate_res["not_caught"]) or "none"
+        out += [
+            "## `make mutate`",
+            "",
+            f"{mutate_res['total']} plausible bugs (`tests/mutations.toml`), each put into a scratch copy of the "
+            f"library and run against its module's tests (`tests/mutate.py`), {mutate_res['jobs']} at a time: "
+            f"**{mutate_res['wall']:.0f} s** of wall time (its last run's record, finished "
+            f"{mutate_res.get('finished') or 'at an unrecorded time'}); "
+            f"{mutate_res['caught']} caught, not caught: {missed}.",
+            "",
+        ]
     if se_res:
         b, ref = se_res["baseline"], se_res["ref"]
         out += [
@@ -917,7 +969,7 @@ def cpu_table_time() -> list[str]:
 
 
 #: The parts of a run's JSON that make up the README's table, in :func:`summary_table`'s order.
-TABLE_PARTS = ("state_evolution", "phase_diagram", "icl", "thresholds", "build")
+TABLE_PARTS = ("state_evolution", "phase_diagram", "icl", "thresholds", "build", "mutate")
 
 
 def with_last_measured(raw: dict, previous: dict, keys: bool = False):
@@ -950,7 +1002,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["se", "phase", "thresholds", "icl", "book", "build"],
+        choices=["se", "phase", "thresholds", "icl", "book", "build", "mutate"],
         action="append",
         help="run only these",
     )
@@ -969,17 +1021,30 @@ def main(argv=None) -> int:
         parts = [raw[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
         th_res, build_res = raw.get("thresholds"), raw.get("build")
         carried = raw.get("carried_over", [])
-        text = render(*parts, raw["quick"], raw["wall"], raw["load"], th_res, build_res, carried=carried)
+        mutate_res = raw.get("mutate")
+        text = render(
+            *parts,
+            raw["quick"],
+            raw["wall"],
+            raw["load"],
+            th_res,
+            build_res,
+            carried=carried,
+            mutate_res=mutate_res,
+        )
         Path(args.out).write_text(text)
         if not raw["quick"] and args.out == str(RESULTS):
-            update_readme(summary_table(*parts[:3], th_res, build_res))
+            update_readme(summary_table(*parts[:3], th_res, build_res, mutate_res))
         print(f"wrote {args.out}")
         return 0
     extra = (["book"] if args.book else []) + (["build"] if args.build else [])
-    which = set(args.only or ["se", "phase", "thresholds", "icl"] + extra)
+    which = set(
+        args.only
+        or ["se", "phase", "thresholds", "icl"] + extra + (["mutate"] if MUTATE_REPORT.exists() else [])
+    )
     t0 = time.perf_counter()
     q = args.quick
-    se_res = pd_res = th_res = icl_res = book_res = build_res = None
+    se_res = pd_res = th_res = icl_res = book_res = build_res = mutate_res = None
     if "se" in which:
         se_res = (
             bench_state_evolution(n_nodes=2, ref_nodes=8, candidates=(2, 4), repeats=1, baseline_max_iter=5)
@@ -1029,6 +1094,11 @@ def main(argv=None) -> int:
             f"make test: {build_res['test']['wall']:.0f} s",
             flush=True,
         )
+    if "mutate" in which:
+        mutate_res = bench_mutate()
+        print(
+            f"make mutate: {mutate_res['wall']:.0f} s, {mutate_res['caught']} of {mutate_res['total']} caught"
+        )
     wall = time.perf_counter() - t0
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     raw = {
@@ -1041,6 +1111,7 @@ def main(argv=None) -> int:
         "icl": icl_res,
         "book": book_res,
         "build": build_res,
+        "mutate": mutate_res,
     }
     previous_json = Path(args.out).with_suffix(".json")
     previous = json.loads(previous_json.read_text()) if previous_json.exists() else {}
@@ -1049,7 +1120,16 @@ def main(argv=None) -> int:
     carried = [k for k in (*TABLE_PARTS, "book") if raw.get(k) is None and previous.get(k) is not None]
     stored = raw | {k: previous[k] for k in carried} | {"carried_over": carried}
     parts = [stored[k] for k in ("state_evolution", "phase_diagram", "icl", "book")]
-    text = render(*parts, q, wall, load, stored["thresholds"], stored["build"], carried=carried)
+    text = render(
+        *parts,
+        q,
+        wall,
+        load,
+        stored["thresholds"],
+        stored["build"],
+        carried=carried,
+        mutate_res=stored.get("mutate"),
+    )
     Path(args.out).write_text(text)
     previous_json.write_text(json.dumps(stored, indent=1, default=float) + "\n")
     if not q and args.out == str(RESULTS):

@@ -229,3 +229,12 @@ def test_em_beats_constant_ridge_on_two_level_token_noise():
     oracle = bl.oracle_ridge(X, y, q, s)
     loss = {k: bl.half_mse(v, t) for k, v in {"const": const, "em": em, "oracle": oracle}.items()}
     assert loss["oracle"] < loss["em"] < 0.8 * loss["const"], loss
+
+
+def test_batched_adarr_is_adarr():
+    """The spectral (batched) AdaRR of the Part III baselines gives the same noise estimate,
+    ``RSS / (n - d)``, and the same predictions as ``ada_ridge`` on the same prompts."""
+    X, y, q, _, _ = _data(B=12, sigma=np.linspace(0.2, 3.0, 12))
+    sp = bl.Spectral(X, y, q)
+    np.testing.assert_allclose(sp.ada_sigma2().numpy(), bl.noise_variance_ols(X, y), rtol=1e-9)
+    np.testing.assert_allclose(sp.ridge(sp.ada_sigma2()).numpy(), bl.ada_ridge(X, y, q), rtol=1e-9)

@@ -81,3 +81,19 @@ def test_build_times_make_book_and_make_test_from_their_logs():
     assert "--build`" not in carried and rows[0] in carried
     with pytest.raises(RuntimeError, match="did not log its execution time"):
         bench.bench_build(runner=lambda target: (0, "no summary"), clock=lambda: 0.0)
+
+
+def test_mutate_reports_its_time_and_what_it_caught():
+    """``--only mutate``'s code path with a fake record of ``make mutate``: the row comes from it."""
+    report = {"wall_s": 1234.4, "jobs": 2, "total": 3, "caught": 2,
+              "results": [{"id": "a", "outcome": "caught"}, {"id": "b", "outcome": "survived"},
+                          {"id": "c", "outcome": "caught"}]}  # fmt: skip
+    res = bench.bench_mutate(runner=lambda: (1, report))
+    assert res == {"wall": 1234.4, "jobs": 2, "total": 3, "caught": 2, "ok": False, "not_caught": ["b"],
+                   "finished": ""}  # fmt: skip
+    row = bench.mutate_rows(res)[0]
+    assert "3 plausible bugs" in row and "| 1234 s, 2 of 3 caught |" in row
+    table = bench.summary_table(*bench.with_last_measured({"mutate": res}, {}))
+    assert row in table
+    report_text = bench.render(None, None, None, None, quick=False, wall=1.0, mutate_res=res)
+    assert "## `make mutate`" in report_text and "not caught: b." in report_text

@@ -754,6 +754,49 @@ def test_table1_has_every_model_and_noise_distribution_of_the_paper():
     assert TABLE1_BASELINES["tuned"][4] == 0.037
 
 
+# Table 1 as the paper prints it (its text copied a second time, independently of table1.py's):
+# a typo in one of the library's values makes the two differ.
+PAPER_TABLE1 = """
+1L GD++ 1.768 1.639 1.396 1.175 1.015 0.907 0.841 0.806 | 1.007 0.819
+   DIAG 1.767 1.639 1.396 1.175 1.015 0.906 0.841 0.806 | 1.007 0.819
+   FULL 1.768 1.640 1.397 1.176 1.016 0.907 0.842 0.806 | 1.008 0.820
+2L GD++ 0.341 0.295 0.243 0.265 0.347 0.366 0.440 0.530 | 0.305 0.427
+   DIAG 0.265 0.214 0.173 0.188 0.219 0.242 0.254 0.259 | 0.201 0.246
+   FULL 0.264 0.215 0.173 0.188 0.220 0.245 0.259 0.263 | 0.202 0.276
+3L GD++ 0.019 0.021 0.071 0.161 0.259 0.344 0.454 0.530 | 0.222 0.422
+   DIAG 0.013 0.015 0.048 0.087 0.109 0.118 0.121 0.123 | 0.098 0.119
+   FULL 0.012 0.015 0.049 0.075 0.101 0.117 0.124 0.127 | 0.076 0.113
+4L GD++ 9.9e-5 0.014 0.066 0.160 0.258 0.344 0.454 0.530 | 0.222 0.422
+   DIAG 1.2e-4 0.006 0.024 0.041 0.050 0.059 0.065 0.073 | 0.043 0.062
+   FULL 1.6e-4 0.005 0.021 0.038 0.052 0.065 0.068 0.076 | 0.032 0.061
+5L DIAG 1.8e-7 0.004 0.016 0.029 0.041 0.051 0.058 0.062 | 0.026 0.051
+   FULL 1.8e-7 0.002 0.015 0.026 0.038 0.048 0.059 0.065 | 0.016 0.048
+7L GD++ 2.7e-12 0.009 0.066 0.161 0.265 0.344 0.454 0.530 | 0.222 0.422
+   DIAG 2.5e-12 0.002 0.014 0.027 0.040 0.047 0.052 0.059 | 0.018 0.046
+   FULL 2.5e-12 0.002 0.010 0.025 0.035 0.047 0.050 0.057 | 0.010 0.035
+ConstRR  0     0.009 0.066 0.161 0.265 0.365 0.454 0.530 | 0.222 0.422
+AdaRR    0     0.003 0.016 0.034 0.053 0.068 0.081 0.092 | 0.051 0.084
+TunedRR  0     0.002 0.010 0.023 0.037 0.049 0.060 0.068 | 0.021 0.054
+"""
+
+
+def test_table1_is_the_papers_table_value_for_value():
+    from attnlab.experiments.in_context.table1 import TABLE1, TABLE1_BASELINES
+
+    names = {"GD++": "gdpp", "DIAG": "diag", "FULL": "full"}
+    baselines = {"ConstRR": "const", "AdaRR": "ada", "TunedRR": "tuned"}
+    paper, L = {}, None
+    for line in PAPER_TABLE1.strip().splitlines():
+        words = line.replace("|", " ").split()
+        if words[0] in baselines:
+            paper[baselines[words[0]]] = [float(v) for v in words[1:]]
+            continue
+        if words[0][:-1].isdigit():
+            L, words = int(words[0][:-1]), words[1:]
+        paper[names[words[0]], L] = [float(v) for v in words[1:]]
+    assert paper == {**TABLE1, **TABLE1_BASELINES}
+
+
 def test_the_target_is_15_percent_or_0002_below_001():
     from attnlab.experiments.in_context.table1 import within
 

@@ -55,3 +55,13 @@ def test_eval_sets_every_miss_retraining(cpu_run):
 def test_bad_cpu_run_raises(fn):
     with pytest.raises(ValueError, match="cpu_run"):
         fn("icl_mixed_noise")
+
+
+def test_eval_sets_table_shows_the_median_of_the_fresh_sets(cpu_run):
+    """The 'fresh: median' column is the median of the ten fresh sets' ratios, pinned (on DIAG 3L
+    at sigma_max 0 their mean, pulled up by one set at 4.5x, is 1.56)."""
+    table = nc.eval_sets(cpu_run).table
+    got = table["fresh: median"].iloc[:3].to_numpy()
+    np.testing.assert_allclose(got, [0.8994783827777131, 0.9535935329106386, 0.9527530565534795], rtol=1e-9)
+    assert (table["fresh: lowest"] <= table["fresh: median"]).all()
+    assert (table["fresh: median"] <= table["fresh: highest"]).all()

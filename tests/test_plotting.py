@@ -103,3 +103,18 @@ def test_wide_figures_fit_the_text_column():
     fig, ax = plt.subplots(figsize=(5, 3))
     assert tuple(fig.get_size_inches()) == (5, 3)
     plt.close(fig)
+
+
+def test_any_figure_wider_than_the_column_is_narrowed():
+    plotting.use_style()
+    for extra in (0.01, 0.5, 0.99, 3.0):
+        fig = plt.figure(figsize=(plotting.MAX_WIDTH + extra, 3))
+        assert tuple(fig.get_size_inches()) == (plotting.MAX_WIDTH, 3), extra
+        plt.close(fig)
+
+
+def test_neighbouring_series_differ_by_line_style():
+    """A figure's first four series (and the next four) can be told apart without colour."""
+    plotting.use_style()
+    styles = matplotlib.rcParams["axes.prop_cycle"].by_key()["linestyle"]
+    assert len(set(styles[:4])) == 4 and len(set(styles[4:8])) == 4, styles

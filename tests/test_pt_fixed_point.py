@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from attnlab.theory import phase_transition as se
+from attnlab.theory.phase_transition import fixed_point
 
 FAST = {"n_nodes": 8}  # coarse quadrature: fast, within ~1% of converged values
 
@@ -146,6 +147,34 @@ def test_one_plain_step_of_solve_moves_by_one_minus_the_damping(both_at_2, branc
     want = x0 + (1 - damping) * (gx - x0)
     assert np.max(np.abs((1 - damping) * (gx - x0)) / (np.abs(x0) + 0.05)) < 0.2  # not clamped
     np.testing.assert_allclose(x1, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("mu", "stable"), [(1.0 + 0.5 * fixed_point.MU_TOL, True), (1.02, False), (1.09, False)]
+)
+def test_a_fixed_point_just_past_the_stability_edge_is_not_converged(monkeypatch, mu, stable):
+    """``converged`` needs mu_max <= 1 + MU_TOL (the finite-difference slack, 1e-3): a point whose
+    Jacobian has an eigenvalue just past it (the solver's stability test made to report 1.02 or
+    1.09 at a converged point) is reported unstable, one within the slack stable."""
+    real = fixed_point._stability
+
+    def reports_mu(prob, x, rel_step=1e-4):
+        return mu, real(prob, x, rel_step)[1]
+
+    monkeypatch.setattr(fixed_point, "_stability", reports_mu)
+    fp = se.solve(2.0, 0.3, "semantic", max_escapes=0, **FAST)
+    assert fp.mu_max == mu and fp.converged is stable
+
+
+def test_solve_returns_the_maps_last_image():
+    """The point returned is the last image of the map, ``G(x)`` of the iterate that met ``tol``
+    (not that iterate): pinned at a loose ``tol``, where the two differ by ~5e-6 relative. The
+    values are float64 iterations on the same inputs (1e-9 relative leaves room for other BLAS)."""
+    sem = se.solve(2.0, 0.3, "semantic", n_nodes=6, tol=1e-4)
+    pos = se.solve(2.0, 0.3, "positional", n_nodes=6, tol=1e-4)
+    assert sem.q == pytest.approx(0.11443192320948738, rel=1e-9)
+    assert sem.theta == pytest.approx(0.1576828963621048, rel=1e-9)
+    assert pos.m == pytest.approx(0.25808477830903387, rel=1e-9)
 
 
 def test_verify_min_damping_right_and_wrong_answers():

@@ -1,5 +1,6 @@
 """Tests of attnlab.theory.phase_transition.thresholds (pt = phase transition): eps_lin, alpha_c, alpha_l."""
 
+import numpy as np
 import pytest
 
 from attnlab.theory import phase_transition as se
@@ -117,6 +118,23 @@ def test_guided_root_polishes_the_coarse_root_in_few_fine_evaluations():
     calls.clear()
     assert spurious(0.1) > 0 > spurious(0.105) or spurious(0.1) < 0 < spurious(0.105)
     assert abs(_guided_root(fine, spurious, 0.1, 3.0, 4, 1e-4) - 1.2345) <= 1e-4
+
+
+def test_bracket_root_sees_a_root_on_a_grid_point_and_keeps_to_one_interval():
+    """Brent's method on the first sign change of the scan: a root exactly on a grid point counts
+    (the product of the two values is 0), and the bracket is one interval of the grid, also when
+    the next interval holds another root."""
+    from attnlab.theory.phase_transition.thresholds import _bracket_root
+
+    grid = np.linspace(0.0, 3.0, 4)  # 0, 1, 2, 3
+    on_point = _bracket_root(lambda x: (x - 1.0) * (x + 5.0), 0.0, 3.0, 4, 1e-10)
+    assert on_point == pytest.approx(1.0, abs=1e-10)
+    # roots at 0.5 and 1.5, in neighbouring intervals: the first one, from [0, 1] alone
+    near = _bracket_root(lambda x: (x - 0.5) * (x - 1.5), 0.0, 3.0, 4, 1e-10)
+    assert near == pytest.approx(0.5, abs=1e-10)
+    assert grid[0] <= near <= grid[1]
+    # no sign change: no root
+    assert np.isnan(_bracket_root(lambda x: x * x + 1.0, 0.0, 3.0, 4, 1e-10))
 
 
 def test_verify_alpha_c_accepts_the_root_and_rejects_answers_on_either_side():

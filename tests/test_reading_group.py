@@ -114,6 +114,8 @@ def test_words_count_as_wc_does_code_included(tmp_path):
     with pytest.raises(ValueError, match="path must be a chapter's source file"):
         words(tmp_path / "missing.md")
     assert minutes(WORDS_PER_MINUTE * 2) == 2
+    # 150 words a minute, and fractions of a minute kept
+    assert WORDS_PER_MINUTE == 150 and minutes(225) == 1.5 and minutes(100) == pytest.approx(2 / 3)
 
 
 def test_book_dir_is_found_from_inside_the_repository_only(tmp_path):

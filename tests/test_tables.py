@@ -66,3 +66,9 @@ def test_table_bad_arguments():
         tables.table(df, band=("missing", 0, 1))
     with pytest.raises(ValueError, match="band must have real low <= high"):
         tables.table(df, band=("a", 2, 1))
+
+
+def test_a_value_on_the_bands_edge_is_inside_it():
+    df = pd.DataFrame({"r": [0.9, 1.1, 1.0, 0.8999, 1.1001]})
+    t = tables.table(df, band=("r", 0.9, 1.1))
+    assert list(t.outliers) == [False, False, False, True, True]

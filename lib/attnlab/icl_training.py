@@ -180,6 +180,7 @@ def train_icl(
     device="cpu",
     dtype="float32",
     num_threads: int | None = 1,
+    stop_after: int | None = None,
 ) -> TrainedICL:
     """Train every (param, depth) × noise setting × seed model with Adam on fresh data each step.
 
@@ -195,7 +196,8 @@ def train_icl(
     gradient is not finite (:func:`attnlab.train.train`; the others are unaffected: the models
     share no parameters). ``num_threads`` limits torch's CPU threads during the run (restored
     afterwards): the many tiny batched matrix products run faster on one thread, and far faster
-    on a busy machine; ``None`` leaves the setting alone.
+    on a busy machine; ``None`` leaves the setting alone. ``stop_after`` stops after that many
+    updates of the run of ``steps`` (its schedule and records unchanged; :func:`attnlab.train.train`).
     """
     params = [check_choice("params", p, PARAMS) for p in params]
     if not params:
@@ -244,7 +246,7 @@ def train_icl(
             models, _group_losses, _sampler(settings, seeds, data_seed, d, n, dev, dt), optimizer="adam",
             lr=min(lrs.values()), param_lr=param_lr, steps=steps, batch_size=batch_size, betas=betas,
             lr_schedule=schedule, max_grad_norm=max_grad_norm, patience=patience, device=dev, dtype=dt,
-            record_every=record_every, record="mean",
+            record_every=record_every, record="mean", stop_after=stop_after,
         )  # fmt: skip
     result = TrainedICL(noise=noise, seeds=seeds, steps=np.asarray(hist.steps))
     losses = hist.as_arrays()["loss"]

@@ -204,6 +204,7 @@ def train(
     record_every: int = 1,
     record: str = "last",
     progress: bool | None = None,
+    stop_after: int | None = None,
 ) -> History:
     """Train ``model`` in place and return its :class:`History`.
 
@@ -266,6 +267,10 @@ def train(
         the mean is over the finite losses of the updates the model took, ``nan`` if none).
     progress:
         Show a tqdm bar on stdout; ``None`` (default) shows it only when stdout is a terminal.
+    stop_after:
+        Stop after this many updates of a run of ``steps`` (``None``: run them all). The
+        schedule and the records are those of the whole run, so the history is the first part
+        of the whole run's (a cheap checkpoint of a long run; ``tests/test_committed_results.py``).
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -274,6 +279,7 @@ def train(
     optimizer = check_choice("optimizer", optimizer, OPTIMIZERS)
     lr = check_real("lr", lr, minimum=0.0, strict_minimum=True)
     steps = check_int("steps", steps, minimum=0)
+    stop = steps if stop_after is None else min(steps, check_int("stop_after", stop_after, minimum=0))
     weight_decay = check_real("weight_decay", weight_decay, minimum=0.0)
     if callable(lr_schedule):
         factor_of = lr_schedule
@@ -346,7 +352,7 @@ def train(
             }
             if record == "last" and (step % record_every == 0 or step == steps):
                 _record(history, step, kept, grouped, model, callbacks)
-            if step == steps:
+            if step == stop:
                 break
             opt.zero_grad()
             if not grouped and out.ndim == 0 and not masked:  # one model: its loss as it is
