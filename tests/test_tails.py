@@ -8,6 +8,7 @@ import torch
 
 from attnlab.tails import (
     hill,
+    lmax_tail_mean,
     mean_allowed,
     sample_given_lmax,
     sample_spiked,
@@ -190,3 +191,18 @@ def test_stability_edge():
     assert 1 / g1 < edge < 2 / g1
     with pytest.raises(ValueError, match="omega_xx"):
         stability_edge([0.01, -0.1])
+
+
+def test_lmax_tail_mean():
+    grid = np.arange(70.0, 160.1, 2.5)
+    assert lmax_tail_mean(grid, np.ones_like(grid)) == pytest.approx(wishart_lmax_sf(70.0, 20, 10), rel=1e-9)
+    # E[lambda_max; lambda_max > 70] against Monte Carlo
+    X = np.random.default_rng(8).standard_normal((200_000, 20, 10))
+    lmax = np.linalg.eigvalsh(np.swapaxes(X, 1, 2) @ X)[:, -1]
+    f = np.where(lmax > 70, lmax, 0.0)
+    est = lmax_tail_mean(grid, grid)
+    assert abs(est - f.mean()) < 4 * f.std() / math.sqrt(f.size)
+    with pytest.raises(ValueError, match="finite"):
+        lmax_tail_mean(grid, np.full_like(grid, np.inf))
+    with pytest.raises(ValueError, match="grid"):
+        lmax_tail_mean(grid[::-1], grid)

@@ -21,6 +21,9 @@ eigenvalues:
   ``pi_j``, with the weights ``p/q`` that make any mean over them unbiased for the task's
   (importance sampling that shows a trainer or an estimate the prompts with a large
   ``lambda_max``);
+- :func:`lmax_tail_mean`: ``E[f; lambda_max > t_0]`` from a function's means at given
+  ``lambda_max`` (with :func:`sample_given_lmax`, the far-tail part of a population mean that no
+  sample of prompts reaches);
 - :func:`stability_edge`: the largest ``lambda_max`` for which the x-steps ``s -> s (1 +
   omega_xx s)^2`` of a DIAG-like model keep contracting;
 - :func:`wishart_lmax_sf`, :func:`wishart_lmin_cdf`: the exact tails of the largest and smallest
@@ -46,6 +49,7 @@ from attnlab.validation import check_int, check_probabilities, check_real, make_
 
 __all__ = [
     "hill",
+    "lmax_tail_mean",
     "mean_allowed",
     "sample_given_lmax",
     "sample_spiked",
@@ -360,6 +364,23 @@ def _one_minus_pf_ratio(whole, D):
     with np.errstate(divide="ignore"):  # mu = 1: the whole interval excluded, det 0
         log_det = 0.5 * np.sum(np.log1p(np.abs(mu) ** 2 - 2 * mu.real))
     return float(-np.expm1(0.5 * log_det))
+
+
+def lmax_tail_mean(grid, means, n: int = 20, d: int = 10) -> float:
+    """``E[f; lambda_max > grid[0]]`` from ``means[i] = E[f | lambda_max = grid[i]]``.
+
+    The law of ``lambda_max`` is exact (:func:`wishart_lmax_sf`); between grid points the mean is
+    taken as the average of its two ends (the midpoint rule on each bin's probability), and beyond
+    the last point as its value there. ``grid`` increasing, ``means`` finite.
+    """
+    t = np.asarray(grid, dtype=float).reshape(-1)
+    m = np.asarray(means, dtype=float).reshape(-1)
+    if t.size < 2 or m.shape != t.shape or not (np.diff(t) > 0).all() or t[0] < 0:
+        raise ValueError("grid must be >= 2 increasing values >= 0 and means one value per grid point")
+    if not np.isfinite(m).all():
+        raise ValueError("means must be finite (an overflowing mean has no finite integral here)")
+    sf = np.array([wishart_lmax_sf(v, n, d) for v in t])
+    return float(np.sum((sf[:-1] - sf[1:]) * 0.5 * (m[:-1] + m[1:])) + sf[-1] * m[-1])
 
 
 def _cross(f, g, lo, hi):
