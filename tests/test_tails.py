@@ -206,3 +206,31 @@ def test_lmax_tail_mean():
         lmax_tail_mean(grid, np.full_like(grid, np.inf))
     with pytest.raises(ValueError, match="grid"):
         lmax_tail_mean(grid[::-1], grid)
+
+
+def test_the_tables_model_explodes_beyond_its_edge():
+    """Chapter 04's finding on the table's 3-layer DIAG at sigma_max = 0 (seed 3, picked on
+    validation): its worst held-out prompt (icl_scoring's first chunk, prompt 55,417) has
+    lambda_max 93.4, beyond the edge of its x-steps; moving only that eigenvalue into the bulk
+    removes the loss."""
+    from attnlab import icl_training as it
+    from attnlab.experiments import load_result
+    from attnlab.experiments.icl import trained_model
+
+    m = trained_model(load_result("icl_table_diag3", "cpu"), "diag", 3, "uniform:0", 3)
+    assert stability_edge(m.omegas()[:, 0].tolist()) == pytest.approx(88.18280, rel=1e-6)
+    b = sample_regression(100_000, 10, 20, generator=50_000, dtype="float64")
+    worst = type(b)(*(v[55_417:55_418] for v in b))  # sigma = 0: the oracle is exact
+
+    def loss(batch):
+        return float(0.5 * (it.evaluate(m, batch.X, batch.y, batch.x_query) - batch.target) ** 2)
+
+    lmax = float(torch.linalg.eigvalsh(worst.X[0].T @ worst.X[0])[-1])
+    assert lmax == pytest.approx(93.3836, rel=1e-5)
+    assert loss(worst) == pytest.approx(11456.28, rel=1e-5)
+    assert loss(with_top_eigenvalue(worst, 48.7)) == pytest.approx(5.28e-4, rel=1e-2)
+    # prompts drawn at a given lambda_max: typical inside the edge, catastrophic beyond it
+    for t, lo, hi in ((60.0, 0.0, 0.01), (100.0, 1e4, 1e7)):
+        c = sample_given_lmax(400, t, generator=9)
+        med = float((0.5 * (it.evaluate(m, c.X, c.y, c.x_query) - c.target) ** 2).median())
+        assert lo < med < hi, (t, med)
