@@ -12,6 +12,7 @@ from attnlab.tails import (
     mean_allowed,
     sample_given_lmax,
     sample_spiked,
+    score,
     stability_edge,
     tail_summary,
     trimmed,
@@ -89,6 +90,19 @@ def test_tail_summary_allows_a_mean_only_for_a_light_tail():
     # the margin: two standard errors of the Hill estimate above 2
     assert mean_allowed(3.0, 40) and not mean_allowed(2.9, 40)  # 2 / (1 - 2 / sqrt(40)) = 2.92
     assert not mean_allowed(float("nan"), 40) and mean_allowed(2.1, 10**6, margin=0)
+
+
+def test_score_uses_the_statistic_the_tail_allows():
+    rng = np.random.default_rng(9)
+    light = 0.5 * rng.standard_normal(400_000) ** 2  # mean 0.5
+    s = score(light, 0.5, 0.075)
+    assert s["by"] == "mean" and (s["value"], s["value_se"]) == (s["mean"], s["se"])
+    assert s["verdict"] == "met"
+    heavy = light.copy()
+    heavy[:3] = [1e5, 3e4, 1e4]  # three catastrophic prompts carry most of the sum
+    h = score(heavy, 0.5, 0.075)
+    assert h["by"] == "trimmed" and h["value"] == h["trimmed"] and h["verdict"] == "met"
+    assert abs(h["mean"] - 0.5) > 0.075  # the mean alone would miss
 
 
 def test_verdict():

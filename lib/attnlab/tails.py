@@ -13,6 +13,8 @@ eigenvalues:
 - :func:`tail_summary`: every statistic of the scoring rule of chapter 04 for one sample, and
   whether its tail allows a mean with a standard error (:func:`mean_allowed`);
 - :func:`verdict`: a value with a standard error against a target ``paper +- halfwidth``;
+- :func:`score`: chapter 04's scoring rule for one cell (the statistic its tail allows, and the
+  verdict);
 - :func:`with_top_eigenvalue`: the same prompts with only the largest eigenvalue of ``Sigma``
   moved (the counterfactual that removes, or makes, a catastrophic prompt);
 - :func:`sample_given_lmax`: prompts of the task drawn exactly conditioned on ``lambda_max(Sigma)
@@ -53,6 +55,7 @@ __all__ = [
     "mean_allowed",
     "sample_given_lmax",
     "sample_spiked",
+    "score",
     "stability_edge",
     "tail_summary",
     "trimmed",
@@ -162,6 +165,20 @@ def verdict(value: float, se: float, paper: float, halfwidth: float, z: float = 
     if off - z * se > halfwidth:
         return "missed"
     return "undecided"
+
+
+def score(
+    losses, paper: float, halfwidth: float, trim: float = 1e-4, margin: float = 2.0, z: float = 2.0
+) -> dict:
+    """Chapter 04's scoring rule for one cell: :func:`tail_summary` of its per-prompt ``losses``;
+    ``by = "mean"`` where the tail allows a mean (``mean_ok``), the cell's ``value +- value_se``
+    then being the mean and its standard error, otherwise ``by = "trimmed"`` and the trimmed mean
+    with its standard error; and ``verdict`` (:func:`verdict`) of that value against ``paper +-
+    halfwidth`` at ``z`` standard errors."""
+    s = tail_summary(losses, trim, margin)
+    by = "mean" if s["mean_ok"] else "trimmed"
+    value, se = (s["mean"], s["se"]) if by == "mean" else (s["trimmed"], s["trimmed_se"])
+    return {**s, "by": by, "value": value, "value_se": se, "verdict": verdict(value, se, paper, halfwidth, z)}
 
 
 # -- prompts with a given extreme eigenvalue -----------------------------------------------------
