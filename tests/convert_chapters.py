@@ -15,8 +15,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import jupytext
-
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
@@ -29,6 +27,8 @@ def chapter_paths(book: Path = BOOK) -> list[Path]:
 
 
 def convert(out: Path, book: Path = BOOK) -> list[Path]:
+    import jupytext  # here, so that importing chapter_paths stays quick (tests/prose_check.py)
+
     written = []
     for md in chapter_paths(book):
         target = out / md.relative_to(book).with_suffix(".ipynb")
