@@ -229,7 +229,7 @@ def test_the_tables_model_explodes_beyond_its_edge():
     removes the loss."""
     from attnlab import icl_training as it
     from attnlab.experiments import load_result
-    from attnlab.experiments.icl import trained_model
+    from attnlab.experiments.in_context.trained import trained_model
 
     m = trained_model(load_result("icl_table_diag3", "cpu"), "diag", 3, "uniform:0", 3)
     assert stability_edge(m.omegas()[:, 0].tolist()) == pytest.approx(88.18280, rel=1e-6)
