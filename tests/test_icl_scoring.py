@@ -8,14 +8,8 @@ import torch
 from attnlab import experiments as ex
 from attnlab.experiments import Result, load_result
 from attnlab.experiments.in_context import scoring as icl_scoring
-from attnlab.experiments.in_context.scoring import (
-    held_out_adjusted,
-    mean_and_se,
-    misses_by,
-    pick_seed,
-    prompts_to_drop,
-)
-from attnlab.experiments.in_context.table1 import TABLE1, target_halfwidth, within
+from attnlab.experiments.in_context.scoring import held_out_adjusted, mean_and_se, pick_seed
+from attnlab.experiments.in_context.table1 import target_halfwidth, within
 from attnlab.models import LinearTransformer
 
 
@@ -27,35 +21,17 @@ def test_pick_seed_takes_the_lowest_finite_validation_loss():
             pick_seed(bad)
 
 
-def test_target_rule_and_misses_in_standard_errors():
+def test_target_rule_and_mean_with_standard_error():
     assert target_halfwidth(0.2) == pytest.approx(0.03)
     assert target_halfwidth(0.005) == 0.002  # absolute below 0.01
     assert within(0.229, 0.2) and not within(0.231, 0.2)
     assert within(0.0069, 0.005) and not within(0.0071, 0.005)
-    assert misses_by(0.25, 0.01, 0.2) == pytest.approx(2.0)  # 0.05 off, 0.03 allowed
-    assert misses_by(0.21, 0.01, 0.2) == pytest.approx(-2.0)
-    with pytest.raises(ValueError, match="se"):
-        misses_by(0.2, 0.0, 0.2)
     with pytest.raises(ValueError, match="paper"):
         target_halfwidth(-1.0)
     with pytest.raises(ValueError, match="per_prompt"):
         mean_and_se([1.0])
     m, se = mean_and_se([1.0, 2.0, 3.0, 4.0])
     assert m == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
-
-
-def test_prompts_to_drop_counts_the_worst_prompts_that_carry_a_miss():
-    one = [0.1] * 99 + [100.0]  # mean 1.099 against 0.1: the one prompt carries the miss
-    assert prompts_to_drop(one, 0.1) == 1
-    assert prompts_to_drop([0.1] * 100, 0.1) == 0
-    assert prompts_to_drop([0.01] * 100, 0.1) is None  # below the target: dropping cannot help
-    two = [0.1] * 98 + [100.0, 100.0]
-    assert prompts_to_drop(two, 0.1) is None  # 1% of 100 prompts is one
-    assert prompts_to_drop(two, 0.1, max_share=0.02) == 2
-    with pytest.raises(ValueError, match="max_share"):
-        prompts_to_drop(two, 0.1, max_share=0.9)
-    with pytest.raises(ValueError, match="per_prompt"):
-        prompts_to_drop([1.0], 0.1)
 
 
 def _zero_model(param="diag", L=1):
@@ -117,11 +93,12 @@ def test_the_seed_is_picked_on_validation_not_on_the_held_out_prompts(monkeypatc
     (row,) = ex.run("icl_scoring", overrides=config, cache=False).rows
     assert (row["seed_table"], row["seed_val"], row["scored"]) == (0, 1, "held-out")
     assert row["table"] == 1.77 and row["evaluation"] == 5.0 and row["val"] == 1.0
-    assert abs(row["score"] - 5.0) < 5 * row["se"] and not row["met"] and row["met_table"]
-    assert row["misses_by_se"] > 10
-    # the picked seed misses, so every seed is scored: seed 0 meets the target
-    assert (row["seed_best5"], row["seeds_met"]) == (0, 1)
-    assert abs(row["best5"] - TABLE1[("diag", 1)][0]) < 0.15 * TABLE1[("diag", 1)][0]
+    assert abs(row["mean"] - 5.0) < 5 * row["se"] and row["met_table"]
+    assert row["verdict"] == "missed" and abs(row["value"] - 5.0) < 5 * row["value_se"]
+    # 4,000 prompts trimmed by 1e-3: a Hill index from k = 4 values never allows a mean (a (1 - 2/√4) = 0)
+    assert (row["k"], row["by"]) == (4, "trimmed") and row["value"] == row["trimmed"]
+    # the picked seed misses, so every seed is scored by the rule: seed 0 meets the target
+    assert row["seeds_met"] == 1
 
 
 def test_a_source_that_is_not_the_tables_models_is_rejected(monkeypatch):
@@ -143,33 +120,38 @@ def _committed():
     return df.set_index(["param", "n_layers", "noise"])
 
 
-def test_committed_scoring_counts_and_misses():
+def test_committed_scoring_counts_and_verdicts():
     df = _committed()
     # the committed run scored the models of the CPU table, the registered configuration's
     models = load_result("icl_scoring", "cpu").config["models"]
     assert models == ex.get("icl_scoring").config("cpu")["models"] and len(models) == 15
     assert df.scored.value_counts().to_dict() == {"evaluation": 70, "held-out": 60, "none": 20}
     assert set(df[df.scored == "none"].index.droplevel("noise")) == {("diag", 7), ("gdpp", 7)}
-    s = df[df.scored != "none"]
-    for col in ("met", "met_val", "met_table"):
-        assert s[col].map(type).eq(bool).all(), col
-    assert [int(s[c].sum()) for c in ("met_table", "met_val", "met")] == [115, 122, 117]
-    inside = [within(v, p) for v, p in zip(s.score, s.paper, strict=True)]
-    assert inside == s.met.tolist()
-    held = s[s.scored == "held-out"]
-    miss = held[~held.met.astype(bool)]
-    assert set(miss.index) == {
-        ("diag", 3, "uniform:0"), ("diag", 3, "uniform:6"), ("diag", 3, "categorical:1,3"),
-        ("diag", 3, "categorical:1,3,5"), ("full", 3, "uniform:0"), ("full", 3, "uniform:2"),
-        ("full", 3, "categorical:1,3"), ("full", 7, "uniform:0"), ("full", 7, "uniform:1"),
+    assert (df[df.scored != "held-out"].verdict == "not scored").all()
+    held = df[df.scored == "held-out"]
+    # the rule, applied again to the committed statistics
+    for r in held.itertuples():
+        k, a = int(r.k), float(r.index)
+        assert k == 40 and (r.by == "mean") == (a * (1 - 2 / np.sqrt(k)) > 2), r.Index
+        value, se = (r.mean, r.se) if r.by == "mean" else (r.trimmed, r.trimmed_se)
+        assert (float(r.value), float(r.value_se)) == (float(value), float(se)), r.Index
+        half = float(target_halfwidth(r.paper))
+        off = abs(float(r.value) - r.paper)
+        want = "met" if off + 2 * se <= half else "missed" if off - 2 * se > half else "undecided"
+        assert r.verdict == want, r.Index
+    counts = held.groupby(["by", "verdict"]).size().to_dict()
+    assert counts == {
+        ("mean", "met"): 43, ("mean", "undecided"): 1, ("trimmed", "met"): 14,
+        ("trimmed", "missed"): 1, ("trimmed", "undecided"): 1,
     }  # fmt: skip
-    # every held-out miss has a standard error above the target's half-width and lies less than
-    # two of them outside it; every cell that meets it has one below a third of the half-width
-    assert (miss.se > miss.halfwidth).all() and (miss.misses_by_se.astype(float) < 2).all()
-    # each is carried by at most three of the 400,000 prompts
-    assert miss.to_drop.astype(int).between(1, 3).all()
-    met = held[held.met.astype(bool)]
-    assert (met.se < met.halfwidth / 3).all()
+    assert set(held[held.verdict != "met"].index) == {
+        ("diag", 3, "uniform:0"), ("full", 7, "uniform:2"), ("full", 7, "categorical:1,3"),
+    }  # fmt: skip
+    # no seed of these cells meets the target on the same prompts
+    assert (held[held.verdict != "met"].seeds_met.astype(float) == 0).all()
+    # every met cell is decided by its prompts: an SE below a third of the target's half-width
+    met = held[held.verdict == "met"]
+    assert (met.value_se.astype(float) < met.halfwidth.astype(float) / 3).all()
 
 
 def test_committed_cells_are_reproduced():
@@ -181,12 +163,15 @@ def test_committed_cells_are_reproduced():
     for row in rows:
         want = df.loc[(row["param"], row["n_layers"], row["noise"])]
         assert row["seed_val"] == want.seed_val and row["seed_table"] == want.seed_table
-        for col in ("score", "se", "trimmed", "val", "table"):
-            assert row[col] == pytest.approx(want[col], rel=1e-9), col
+        assert (row["by"], row["verdict"]) == (want.by, want.verdict)
+        for col in ("mean", "se", "median", "trimmed", "trimmed_se", "index", "value", "val", "table"):
+            assert row[col] == pytest.approx(float(want[col]), rel=1e-9), col
     d2, d3 = rows
-    assert d2["score"] == pytest.approx(0.26499, abs=1e-5) and d2["met"]
+    assert d2["mean"] == pytest.approx(0.26499, abs=1e-5) and d2["verdict"] == "met"
     # DIAG 3L at sigma_max = 0: the table's seed 2 (0.104 on the evaluation prompts), validation
-    # picks seed 3, which misses on held-out prompts by 1.5 standard errors; seed 2 meets there
-    assert (d3["seed_table"], d3["seed_val"], d3["seed_best5"], d3["seeds_met"]) == (2, 3, 2, 1)
-    assert d3["score"] == pytest.approx(0.069755, rel=1e-4) and d3["se"] == pytest.approx(0.035843, rel=1e-4)
-    assert d3["misses_by_se"] == pytest.approx(1.529, abs=1e-3) and not d3["met"]
+    # picks seed 3, whose mean is carried by a few prompts (tail index below 1): scored by its
+    # trimmed mean, below the target; no seed meets it on the same prompts
+    assert (d3["seed_table"], d3["seed_val"], d3["seeds_met"]) == (2, 3, 0)
+    assert d3["mean"] == pytest.approx(0.069755, rel=1e-4) and d3["se"] == pytest.approx(0.035843, rel=1e-4)
+    assert d3["index"] == pytest.approx(0.6512, abs=1e-3) and d3["by"] == "trimmed"
+    assert d3["value"] == pytest.approx(0.010149, rel=1e-4) and d3["verdict"] == "missed"

@@ -17,7 +17,7 @@ LAYERS = [
     ("attnlab.models",),
     ("attnlab.theory",),
     ("attnlab.optim", "attnlab.train", "attnlab.icl_training", "attnlab.ablation"),
-    ("attnlab.spectral", "attnlab.token_noise", "attnlab.baselines"),
+    ("attnlab.spectral", "attnlab.token_noise", "attnlab.baselines", "attnlab.tails"),
     ("attnlab.experiments",),
     ("attnlab.plotting", "attnlab.tables", "attnlab.reading", "attnlab.pages"),
 ]

@@ -41,8 +41,9 @@ def test_eval_sets_every_miss_retraining(cpu_run):
     assert sets.twin_diff == 0 and list(sets.met_sets[0]) == [3, 7, 6]
     assert plain(sets.glue)["es_heavy0"] == 11 and len(sets.table) == 30
     why = nc.every_miss(cpu_run)
-    assert plain(why.glue)["why_n"] == 16 and why.glue["why_held_met"] == 9
-    assert why.glue["why_undecided"] == 5
+    assert plain(why.glue)["why_n"] == 16 and why.glue["why_held_met"] == 11
+    assert (why.glue["why_held_missed"], why.glue["why_undecided"], why.glue["why_new_miss"]) == (1, 2, 0)
+    assert why.held_agrees
     assert np.isclose(why.glue["g1_ratio4"], 0.59901, rtol=1e-4)
     again = nc.retraining(cpu_run)
     assert plain(again.glue)["ag_DIAG_7L_n"] == 40 and again.table_is_first

@@ -11,10 +11,19 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from attnlab import tails
 from attnlab.experiments import load_result
 from attnlab.experiments.in_context.lr_sweep import lr_choice
 from attnlab.experiments.in_context.recipe import per_model
-from attnlab.experiments.in_context.table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
+from attnlab.experiments.in_context.table1 import (
+    NAMES,
+    TABLE1,
+    TABLE1_NOISE,
+    cells,
+    label,
+    target_halfwidth,
+    within,
+)
 
 KEY, LOSSES = ["param", "n_layers", "noise", "seed"], ["adjusted", "adjusted_trimmed"]
 AGAIN = {  # the runs that kept the table's weights: the run its rows come from
@@ -210,12 +219,13 @@ def eval_sets(cpu_run) -> SimpleNamespace:
 
 
 def every_miss(cpu_run) -> SimpleNamespace:
-    """Every miss of the CPU table: its held-out score (``icl_scoring``) and the cause shown;
-    ``gdpp``: GD++'s best depth per noise, ``deep``: its 4, 5, 7 layers at σ_max = 1."""
+    """Every miss of the CPU table: its held-out verdict by chapter 04's rule (``icl_scoring``)
+    and the cause shown; ``gdpp``: GD++'s best depth per noise, ``deep``: its 4, 5, 7 layers at
+    σ_max = 1."""
     cpu, _ = _start(cpu_run)
     sc = pd.DataFrame(_result("icl_scoring").rows).set_index(["param", "n_layers", "noise"])
-    sc = sc.assign(**{c: pd.to_numeric(sc[c], errors="coerce") for c in ("score", "misses_by_se", "to_drop")})
-    sc[["met", "met_table"]] = sc[["met", "met_table"]].astype(bool)
+    sc = sc.assign(**{c: pd.to_numeric(sc[c], errors="coerce") for c in ("value", "value_se")})
+    sc["met_table"] = sc["met_table"].astype(bool)
     d7f = _rows("icl_diag7_float64", arm="float64").xs(("diag", 7, "categorical:1,3"), level=[0, 1, 2])
     ratio13 = float(d7f.adjusted.min() / TABLE1[("diag", 7)][-2])  # Table 1 at {1, 3}
     d7t = _rows("icl_table_diag7_float64", best=True, noise="categorical:1,3").adjusted.item()
@@ -225,34 +235,37 @@ def every_miss(cpu_run) -> SimpleNamespace:
     for r in misses.itertuples():
         s = sc.loc[(r.param, r.L, r.noise)]
         held = s.scored == "held-out"
-        if held and s.met:
-            why = "met on held-out prompts"
-        elif held:
-            why = f"undecided: met dropping {int(s.to_drop)} prompt(s)"
+        if held:
+            why = f"{s.verdict} on held-out prompts"
         elif (r.param, r.L, r.noise) == ("diag", 7, "categorical:1,3") and not within(d7t, r.paper):
             why = f"too few steps; float32 overflows (float64, 4× steps: {ratio13:.2f})"
         elif r.param == "gdpp" and r.ours < r.paper and abs(r.ours / deep.mean() - 1) < 0.02:
             why = "below Table 1, at the deeper models' level"
         else:
             why = "not found"
-        out = (s.score / r.paper, s.misses_by_se) if held else (np.nan, np.nan)
+        out = (s.value / r.paper, s.by) if held else (np.nan, "–")
         name, order = f"{NAMES[r.param]} {r.L}L", (r.param, r.L, TABLE1_NOISE.index(r.noise))
         rows.append((name, label(r.noise), r.ours / r.paper, r.trimmed / r.paper, *out, why, order))
-    cols = ["model", "noise", "ours / paper", "trimmed / paper", "held out / paper", "SEs out", "shown cause"]
+    cols = ["model", "noise", "ours / paper", "trimmed / paper", "held out / paper", "statistic"]
+    cols.append("shown cause")
     why = pd.DataFrame(rows, columns=[*cols, "order"]).sort_values("order").drop(columns="order")
     scored = sc[sc.scored == "held-out"]
     on = scored[scored.index.isin(list(zip(misses.param, misses.L, misses.noise, strict=True)))]
     cause = why["shown cause"]
     g47 = np.array([TABLE1[("gdpp", L)][2:8] for L in (4, 7)])  # Table 1's GD++, σ_max = 2..7
     ns = SimpleNamespace(table=why.set_index("model"), held=on, deep=deep, glue=(g := {}))
-    ns.drops = cause.str.extract(r"dropping (\d+)")[0].dropna().astype(int)
-    ns.new_miss = scored[scored.met_table & ~scored.met]
+    ns.new_miss = scored[scored.met_table & (scored.verdict != "met")]
     ns.gdpp = cpu[cpu.param == "gdpp"].groupby("noise").ours.min()
     ns.g1_paper, ns.paper_gdpp = {L: TABLE1[("gdpp", L)][1] for L in (4, 7)}, g47.max(0) / g47.min(0)
-    ns.held_agrees = bool((within(on.score, on.paper) == on.met).all())
+    again = [
+        tails.verdict(v, se, p, float(target_halfwidth(p)))
+        for v, se, p in zip(on.value, on.value_se, on.paper, strict=True)
+    ]
+    ns.held_agrees = again == on.verdict.tolist()
     g["why_n"], g["why_n_test"] = len(why), int(_result("icl_scoring").config["n_test"])
     g["why_held"], g["why_new_miss"] = len(on), len(ns.new_miss)
-    for key, start in (("held_met", "met"), ("undecided", "undecided"), ("f32", "too"), ("below", "below")):
+    for key, start in (("held_met", "met on"), ("held_missed", "missed on"), ("undecided", "undecided"),
+                       ("f32", "too"), ("below", "below")):  # fmt: skip
         g[f"why_{key}"] = int(cause.str.startswith(start).sum())
     g["g1_level"], g["g1_ratio4"] = float(deep.mean()), float(deep[4] / ns.g1_paper[4])
     return ns

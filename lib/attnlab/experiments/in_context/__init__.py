@@ -13,7 +13,9 @@ The modules, in the order a run of the table goes through them:
 - :mod:`.reproduce`: how the committed table was made and how to make it again
   (:func:`merge_parts`, :func:`splice`, ``CPU_TABLE_RUNS``, :func:`table_commands`,
   :func:`reproduce_table`).
-- :mod:`.scoring`: ``icl_scoring``, the table scored on held-out prompts.
+- :mod:`.scoring`: ``icl_scoring``, the table scored on held-out prompts by chapter 04's rule.
+- :mod:`.tail_cause`: ``icl_tail_cause``, the cause of a deep model's heavy tail (its largest
+  eigenvalue beyond the model's edge) shown by moving that eigenvalue.
 - :mod:`.baselines`: ``icl_baselines``, the ridge baselines and the Bayes-optimal predictor.
 - :mod:`.side`: side studies of the recipe, loaded by Part III's lab notes.
 - :mod:`.trained`: chapter 05's trained models (:func:`trained_model`) and ``icl_decay``.
@@ -22,7 +24,16 @@ The modules, in the order a run of the table goes through them:
 The tables of Part III's lab notes are built from these results in :mod:`attnlab.pages`.
 """
 
-from attnlab.experiments.in_context import baselines, beyond, lr_sweep, scoring, side, table, trained
+from attnlab.experiments.in_context import (
+    baselines,
+    beyond,
+    lr_sweep,
+    scoring,
+    side,
+    table,
+    tail_cause,
+    trained,
+)
 from attnlab.experiments.in_context.evaluate import evaluate, score
 from attnlab.experiments.in_context.lr_sweep import lr_choice
 from attnlab.experiments.in_context.recipe import Recipe, model_settings, per_model
@@ -58,6 +69,7 @@ __all__ = [
     "splice",
     "splice_table",
     "table",
+    "tail_cause",
     "table_commands",
     "table_rows",
     "trained",

@@ -19,9 +19,15 @@ scored, on prompts the choice did not see:
   (``icl_table_6k_again``): they cannot be scored without selection on their test prompts.
 
 The target is the table's (:func:`~attnlab.experiments.in_context.table1.within`): within 15% of the
-paper's value, or within 0.002 where that is below 0.01. Where the picked seed misses on
-held-out prompts, every seed of the cell is scored there too (``best5``): if none meets the
-target, no choice of seed would. Whether a few prompts carry a miss: :func:`prompts_to_drop`.
+paper's value, or within 0.002 where that is below 0.01. A held-out cell is scored by chapter 04's
+rule, declared before it was applied (:func:`attnlab.tails.score`): its per-prompt losses' tail
+index (Hill, from the worst ``trim`` share of them) decides whether the mean with its standard
+error is reported (``by = "mean"``) or the mean without that worst share (``by = "trimmed"``);
+the verdict is ``"met"`` if the value +- 2 standard errors lies inside the target, ``"missed"``
+if wholly outside, ``"undecided"`` otherwise. Cells scored on the evaluation prompts have no
+per-prompt losses and cells without a source have no model: neither gets a verdict (both need
+training again with the weights kept). Where the picked seed is not met, every seed of the cell
+is scored by the same rule (``seeds_met``): if none is met, no choice of seed would be.
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ import torch
 
 from attnlab import baselines as bl
 from attnlab import icl_training as it
+from attnlab import tails
 from attnlab.experiments import experiment, load_result
 from attnlab.experiments.in_context.table1 import TABLE1, TABLE1_NOISE, target_halfwidth, within
 from attnlab.experiments.in_context.trained import trained_model
 from attnlab.models import LinearTransformer
-from attnlab.tasks.icl_regression import Noise, sample_regression
-from attnlab.validation import check_int, check_real
+from attnlab.tasks.icl_regression import Noise, RegressionBatch, sample_regression
+from attnlab.validation import check_int
 
 
 def pick_seed(val) -> int:
@@ -64,8 +71,6 @@ def held_out_adjusted(
     with the prompt's true noise variance (:func:`attnlab.baselines.oracle_ridge`).
     """
     models = list(models)
-    if not models or not all(isinstance(m, LinearTransformer) for m in models):
-        raise ValueError("models must be a non-empty sequence of attnlab.models.LinearTransformer")
     Noise.parse(noise)
     n_prompts = check_int("n_prompts", n_prompts, minimum=1)
     seed = check_int("seed", seed, minimum=0)
@@ -74,10 +79,24 @@ def held_out_adjusted(
     for k, start in enumerate(range(0, n_prompts, chunk)):
         size = min(chunk, n_prompts - start)
         b = sample_regression(size, d, n, noise=noise, generator=seed + k, dtype="float64")
-        oracle_sq = 0.5 * (bl.oracle_ridge(b.X, b.y, b.x_query, b.sigma) - b.target) ** 2
-        preds = torch.stack([it.evaluate(m, b.X, b.y, b.x_query, chunk=chunk) for m in models])
-        out.append(0.5 * (preds - b.target) ** 2 - oracle_sq)
+        out.append(adjusted_losses(models, b, chunk=chunk))
     return torch.cat(out, dim=-1)
+
+
+def adjusted_losses(models, batch, *, chunk: int = 100_000) -> torch.Tensor:
+    """Per-prompt adjusted losses ``[len(models), B]`` of ``models`` on the prompts of ``batch``
+    (a :class:`~attnlab.tasks.icl_regression.RegressionBatch` of one noise setting): ``½(ŷ −
+    x_tᵀw)² − ½(ŷ_oracle − x_tᵀw)²``, the oracle being ridge with each prompt's true noise
+    variance (:func:`attnlab.baselines.oracle_ridge`)."""
+    models = list(models)
+    if not models or not all(isinstance(m, LinearTransformer) for m in models):
+        raise ValueError("models must be a non-empty sequence of attnlab.models.LinearTransformer")
+    if not isinstance(batch, RegressionBatch) or batch.X.ndim != 3:
+        raise ValueError("batch must be a RegressionBatch of one noise setting (X [B, n, d])")
+    b = batch
+    oracle_sq = 0.5 * (bl.oracle_ridge(b.X, b.y, b.x_query, b.sigma) - b.target) ** 2
+    preds = torch.stack([it.evaluate(m, b.X, b.y, b.x_query, chunk=chunk) for m in models])
+    return 0.5 * (preds - b.target) ** 2 - oracle_sq
 
 
 def mean_and_se(per_prompt) -> tuple[float, float]:
@@ -86,30 +105,6 @@ def mean_and_se(per_prompt) -> tuple[float, float]:
     if v.numel() < 2:
         raise ValueError(f"per_prompt must have at least two values, got {v.numel()}")
     return float(v.mean()), float(v.std() / math.sqrt(v.numel()))
-
-
-def prompts_to_drop(per_prompt, paper: float, max_share: float = 0.01) -> int | None:
-    """The fewest worst prompts whose removal brings the mean of ``per_prompt`` within the target
-    around ``paper`` (0 if it is already), searching up to ``max_share`` of the prompts; None if
-    none does (a mean below the target only falls further)."""
-    v = torch.as_tensor(per_prompt, dtype=torch.float64).reshape(-1)
-    if v.numel() < 2:
-        raise ValueError(f"per_prompt must have at least two values, got {v.numel()}")
-    max_share = check_real("max_share", max_share, minimum=0.0, maximum=0.5)
-    worst = torch.topk(v, math.ceil(max_share * v.numel())).values
-    k = torch.arange(worst.numel() + 1, dtype=torch.float64)
-    dropped = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(worst, 0)])
-    means = (v.sum() - dropped) / (v.numel() - k)
-    inside = torch.nonzero((means - paper).abs() <= float(target_halfwidth(paper)))
-    return int(inside[0, 0]) if inside.numel() else None
-
-
-def misses_by(value: float, se: float, paper: float) -> float:
-    """How far ``value`` lies outside the target, in standard errors ``se`` (negative: inside)."""
-    se = check_real("se", se, minimum=0.0)
-    if se == 0:
-        raise ValueError("se must be > 0")
-    return (abs(value - paper) - float(target_halfwidth(paper))) / se
 
 
 def _by_seed(result, param: str, L: int, spec: str, column: str) -> np.ndarray:
@@ -181,11 +176,13 @@ _CPU = {
 def icl_scoring(config: dict, device: str) -> list[dict]:
     """One row per cell (model and noise distribution of Table 1) with: the table's value (best
     seed on its evaluation prompts) and seed; the seed picked on validation and its validation
-    loss; its score (``"held-out"``, ``"evaluation"`` or ``"none"``, see the module) with its
-    standard error where there is one and how many of them it lies outside the target; on held-out
-    prompts, the mean without the worst ``trim`` share of them, the worst prompt's share of their
-    sum and :func:`prompts_to_drop`; where the picked seed misses there, the best of the five
-    seeds there."""
+    loss; how it is scored (``scored``: ``"held-out"``, ``"evaluation"`` or ``"none"``, see the
+    module) and, on the evaluation prompts, that seed's mean there (``evaluation``, no verdict).
+    A held-out cell has every statistic of :func:`attnlab.tails.tail_summary` (``mean``, ``se``,
+    ``median``, ``trimmed``, ``trimmed_se``, ``k``, ``index``, ``index_se``, ``worst_share``), the
+    statistic the rule picked (``by``), its ``value`` and ``value_se``, and the ``verdict``
+    (``"met"``, ``"missed"``, ``"undecided"``; ``"not scored"`` for the other cells); where it is
+    not met, ``seeds_met``, how many of the cell's seeds the rule meets on the same prompts."""
     table = load_result(config["table"], config["source_scale"])
     sources = _sources(config)
     runs = {name: load_result(name, config["source_scale"]) for name, _ in set(sources.values())}
@@ -222,7 +219,7 @@ def icl_scoring(config: dict, device: str) -> list[dict]:
                 val = _by_seed(run, param, L, spec, "adjusted_val")
                 r = pick_seed(val)
                 row.update(source=name, seed_val=r, val=float(val[r]), met_val=bool(within(val[r], paper)))
-                row.update(evaluation=float(table_adj[r]), scored="evaluation", score=float(table_adj[r]))
+                row.update(evaluation=float(table_adj[r]), scored="evaluation")
                 if how == "weights":
                     row["scored"] = "held-out"
                     models.append([trained_model(run, param, L, spec, s) for s in range(len(val))])
@@ -239,24 +236,26 @@ def icl_scoring(config: dict, device: str) -> list[dict]:
             chunk=chunk,
         )
         for row, losses in zip(cells, picked, strict=True):
-            row["score"], row["se"] = mean_and_se(losses)
-            row["trimmed"] = bl.trimmed_mean(losses, config["trim"])
-            row["worst_share"] = float(losses.max() / losses.sum())
-            row["to_drop"] = prompts_to_drop(losses, row["paper"])
-        misses = [j for j, row in enumerate(cells) if not within(row["score"], row["paper"])]
-        if misses:
-            every = held_out_adjusted([m for j in misses for m in models[j]], spec, n_test, seed, chunk=chunk)
-            every = every.reshape(len(misses), -1, n_test)
-            for j, per_seed in zip(misses, every, strict=True):
-                stats = [mean_and_se(x) for x in per_seed]
-                best = int(np.argmin([m for m, _ in stats]))
-                cells[j].update(
-                    seed_best5=best, best5=stats[best][0], best5_se=stats[best][1],
-                    seeds_met=sum(bool(within(m, cells[j]["paper"])) for m, _ in stats),
-                )  # fmt: skip
+            row.update(_scored(losses, row["paper"], config["trim"]))
+        undone = [j for j, row in enumerate(cells) if row["verdict"] != "met"]
+        if undone:
+            every = held_out_adjusted([m for j in undone for m in models[j]], spec, n_test, seed, chunk=chunk)
+            every = every.reshape(len(undone), -1, n_test)
+            for j, per_seed in zip(undone, every, strict=True):
+                verdicts = [_scored(x, cells[j]["paper"], config["trim"])["verdict"] for x in per_seed]
+                cells[j]["seeds_met"] = verdicts.count("met")
     for row in rows:
-        row["met"] = bool(within(row["score"], row["paper"])) if row["scored"] != "none" else None
         if row["scored"] == "held-out":
-            row["misses_by_se"] = misses_by(row["score"], row["se"], row["paper"])
             row["twin_rel"] = twin[(row["param"], row["n_layers"])]
+        else:
+            row["verdict"] = "not scored"
     return rows
+
+
+def _scored(losses, paper: float, trim: float) -> dict:
+    """Chapter 04's rule (:func:`attnlab.tails.score`) on one cell's per-prompt losses, as row
+    columns."""
+    s = tails.score(losses.numpy(), paper, float(target_halfwidth(paper)), trim=trim)
+    keep = ("mean", "se", "median", "trimmed", "trimmed_se", "k", "index", "index_se", "worst_share")
+    return {**{k: s[k] for k in keep}, "by": s["by"], "value": s["value"], "value_se": s["value_se"],
+            "verdict": s["verdict"]}  # fmt: skip
