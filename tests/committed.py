@@ -16,7 +16,8 @@ that configuration and compares the rows it gives with the committed ones at a s
 - :class:`Oracle`: the oracle's mean loss on the run's evaluation prompts (the ``oracle_loss``
   column), which depends on the prompts and the noise alone;
 - :class:`Check`: a function of its own (a splice of committed runs, a rebuilt model);
-- :class:`NotCheap`: no part can be re-derived cheaply, and why.
+- :class:`NotCheap`: no part can be re-derived cheaply, and why;
+- :class:`Elsewhere`: a test of the result's own module re-derives it (named, and checked to exist).
 
 Rows are matched on their key columns (floats rounded to 9 significant digits); every re-derived
 row must have a committed twin, and at least ``min_rows`` must be compared.
@@ -209,6 +210,19 @@ class NotCheap(Spec):
 
     def check(self, stem: str) -> None:
         assert len(self.why) > 40, f"{stem}: say why it cannot be re-derived cheaply"
+
+
+@dataclass(frozen=True)
+class Elsewhere(Spec):
+    """A test beside the result's module re-derives it: ``test`` is ``"tests/FILE.py::NAME"``; the
+    check fails if that test is gone (so that the result is never left without a re-derivation)."""
+
+    test: str = ""
+
+    def check(self, stem: str) -> None:
+        path, _, name = self.test.partition("::")
+        source = (Path(__file__).parent.parent / path).read_text()
+        assert f"def {name}(" in source, f"{stem}: {self.test} not found"
 
 
 # ------------------------------------------------------------------------------------------------
