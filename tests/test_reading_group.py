@@ -171,7 +171,7 @@ def test_session1_task_and_model_sizes(size, monkeypatch):
 
 
 def test_session2_plateau_at_smaller_scales():
-    assert_in_chapter("linear-nn/gradient-flow", 'res = run("hist_plateau", "book", cache=False)')
+    assert_in_chapter("linear-nn/rates", 'res = run("hist_plateau", "book", cache=False)')
     res = run("hist_plateau", "book", overrides={"scales": [1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8]}, cache=False)
     x = np.log(1 / res.column("scale") ** 2)
     for s in range(3):
@@ -179,9 +179,9 @@ def test_session2_plateau_at_smaller_scales():
         assert abs(slope * 2 - 1) < 1e-2  # each factor 100 adds log(1e4) / gamma, gamma = 2
 
 
-def test_session2_sign_rule_with_the_opposite_v():
+def test_session3_sign_rule_with_the_opposite_v():
     line = "Q4, v4 = 1e-4 * r4.standard_normal((d, d)), 1e-4 * r4.standard_normal(d)"
-    assert_in_chapter("linear-nn/gradient-flow", line)
+    assert_in_chapter("linear-nn/exact-loss", line)
     d, N = 6, 10
     M, S = th.histogram_matrix(d), th.count_moments(N, d)
     r4 = np.random.default_rng(0)
@@ -212,7 +212,7 @@ def test_session3_own_task_matrix(monkeypatch):
     assert np.array_equal(M, np.eye(6) - np.roll(np.eye(6), 1, axis=1))
 
 
-def test_session3_fewer_samples(monkeypatch, capsys):
+def test_session4_fewer_samples(monkeypatch, capsys):
     ns = run_chapter(
         "phase-transition/01-model",
         "for name, init in [",
@@ -231,7 +231,7 @@ def test_session3_fewer_samples(monkeypatch, capsys):
     assert m_pos > m_sem and th_sem > th_pos  # and the two still end far apart
 
 
-def test_session4_quadrature_nodes():
+def test_session5_quadrature_nodes():
     assert_in_chapter("phase-transition/02-high-dim-limit", "for n in (8, 12, 16, 20):")
     c = se.solve(2.0, 0.3, "positional")
     init = (c.q, c.m, c.V, c.theta)
@@ -242,7 +242,7 @@ def test_session4_quadrature_nodes():
     assert change[4] > 5e-3  # outside it
 
 
-def test_session6_noisier_tokens():
+def test_session7_noisier_tokens():
     call = "se.alpha_c(0.3, sigma=0.7, n_nodes=8, xtol=1e-2)"
     assert call in (BOOK / "phase-transition" / "04-phase-diagram.md").read_text()
     a7 = se.alpha_c(0.3, sigma=0.7, n_nodes=8, xtol=1e-2)
@@ -251,7 +251,7 @@ def test_session6_noisier_tokens():
 
 
 @pytest.mark.parametrize("eta", [0.05, 0.1])
-def test_session7_loss_at_other_steps(eta, monkeypatch):
+def test_session8_loss_at_other_steps(eta, monkeypatch):
     old = 'losses = 0.5 * (best["eta"] * alpha_x - mc.target) ** 2'
     ns = run_chapter(
         "in-context/01-one-step-gd",
@@ -268,7 +268,7 @@ def test_session7_loss_at_other_steps(eta, monkeypatch):
         assert ns["mc_loss"] > d / 2  # worse than predicting zero
 
 
-def test_session7_bigger_random_model(monkeypatch):
+def test_session8_bigger_random_model(monkeypatch):
     ns = run_chapter(
         "in-context/02-implicit-weights",
         "assert relative(theory, forward) < 1e-10",
@@ -279,7 +279,7 @@ def test_session7_bigger_random_model(monkeypatch):
     assert ns["relative"](ns["theory"], ns["forward"]) < 1e-10 and ns["pred_gap"] < 1e-10
 
 
-def test_session8_layers_needed():
+def test_session9_layers_needed():
     assert_in_chapter(
         "in-context/03-gdpp", "need_gd = np.array([gd_layers_needed(k, 1e-8) for k in kappa_grid])"
     )
@@ -294,7 +294,7 @@ def _half_time(h, m) -> float:
     return float(h["tau"][np.argmax(h["v"] * h["a"] >= m / 2)])
 
 
-def test_session11_smaller_start_and_noisy_labels(monkeypatch):
+def test_session12_smaller_start_and_noisy_labels(monkeypatch):
     chapter, until = "connections/connections", "h = run_gd(lr_tau=1.0, steps=400)"
     base = run_chapter(chapter, until, {}, monkeypatch)
     small = run_chapter(chapter, until, {"init_scale=3e-2": "init_scale=3e-3"}, monkeypatch)
@@ -354,7 +354,7 @@ def guide_snippet(session: int, start: str) -> str:
 
 def test_guide_every_session_has_the_five_parts():
     found = sessions()
-    assert list(found) == list(range(1, 12))
+    assert list(found) == list(range(1, 13))
     tests = {n for n in globals() if n.startswith("test_session")}
     for k, block in found.items():
         for part in ("**Pre-read**", "**If time is short.**", "**Change live.**"):
@@ -367,9 +367,9 @@ def test_guide_every_session_has_the_five_parts():
         assert len(re.findall(r"^\d+\. ", questions, re.M)) >= 3, k
         # the change live comes with its answer, and a test below makes it
         live = block[block.index("**Change live.**") :]
-        assert "```{admonition} What happens" in live or k == 11, k
+        assert "```{admonition} What happens" in live or k == 12, k
         assert any(t.startswith(f"test_session{k}_") for t in tests), k
-    assert "{admonition} What happens" in found[11]
+    assert "{admonition} What happens" in found[12]
 
 
 def test_guide_runs_between_sessions_are_short_or_marked_optional():
@@ -401,22 +401,22 @@ def test_guide_cross_references_resolve():
             assert target in labels, (role, target)
 
 
-def test_session5_the_branches_either_side_of_alpha_c():
+def test_session6_the_branches_either_side_of_alpha_c():
     chapter = "phase-transition/03-transition"
     assert_in_chapter(chapter, "omega, sigma, lam = 0.3, 0.5, 0.01")
     assert_in_chapter(chapter, 'print(f"alpha_c = {a_c:.4f}, alpha_l = {a_l:.4f}, eps_lin = {eps_lin:.5f}")')
     (row,) = pages.theory_rows(load_result("pt_theory", "paper"), kind="transition", name="alpha_c")
     assert 1.0 < float(row["alpha"]) < 2.0  # alpha = 1 and 2 lie either side of alpha_c
-    cell = guide_snippet(5, "{b: se.solve(2.0,")
+    cell = guide_snippet(6, "{b: se.solve(2.0,")
     ns = {"se": se, "omega": 0.3, "sigma": 0.5, "lam": 0.01}
     eps = {a: eval(cell.replace("2.0", a), ns) for a in ("2.0", "1.0")}
     assert eps["2.0"]["semantic"] < 0.9 * eps["2.0"]["positional"]  # lower by more than 10 %
     assert eps["1.0"]["positional"] < 0.95 * eps["1.0"]["semantic"]  # lower by more than 5 %
 
 
-def test_session9_the_posterior_reads_the_noise_level(monkeypatch):
+def test_session10_the_posterior_reads_the_noise_level(monkeypatch):
     chapter, until = "in-context/04-mixed-noise", "post = torch.softmax("
-    cell = guide_snippet(9, "post.mean(0)")
+    cell = guide_snippet(10, "post.mean(0)")
     weight = {}
     for noise in ("uniform:3", "fixed:5"):
         ns = run_chapter(chapter, until, {'noise="uniform:3"': f'noise="{noise}"'}, monkeypatch)
@@ -425,9 +425,9 @@ def test_session9_the_posterior_reads_the_noise_level(monkeypatch):
     assert weight["uniform:3"] < 0.02 and weight["fixed:5"] > 0.8
 
 
-def test_session10_a_milder_fixed_decay():
+def test_session11_a_milder_fixed_decay():
     assert_in_chapter("in-context/05-trained-model", 'dec = run("icl_decay", "book")')
-    line = guide_snippet(10, 'dec = run("icl_decay", "book", overrides=')
+    line = guide_snippet(11, 'dec = run("icl_decay", "book", overrides=')
     ns = {"run": functools.partial(run, cache=False)}
     exec(line, ns)
 
