@@ -30,6 +30,7 @@ import torch
 from attnlab.validation import check_finite, check_int, check_real, check_shape
 
 __all__ = [
+    "verify_diag_step",
     "verify_gdpp_layers",
     "verify_one_layer_optimum",
     "data_statistics",
@@ -222,6 +223,49 @@ def momentum_form(model, X: torch.Tensor, y: torch.Tensor) -> dict:
     out["w_star"] = w_star
     out["rho"] = rho
     return out
+
+
+def verify_diag_step(step, *, d: int = 3, n: int = 8, n_layers: int = 3, seed: int = 0) -> str:
+    """Exercise checker (chapter 02): does ``step`` make one layer of the DIAG recursion?
+
+    ``step(omegas, Sigma, alpha, lam, M, u, a, w)`` takes one layer's ``(omega_xx, omega_xy,
+    omega_yx, omega_yy)`` (four floats), the data's statistics (``Sigma [B, d, d]``, ``alpha [B, d]``,
+    ``lam [B]``, as :func:`data_statistics` returns them) and the state after ``l`` layers
+    (``M [B, d, d]``, ``u [B, d]``, ``a [B]``, ``w [B, d]``), and returns the state after ``l + 1``.
+    It is run on a random two-head DIAG model with ``n_layers`` layers, each layer from the exact
+    state of :func:`implicit_state`; raises ``AssertionError`` naming the first quantity and layer
+    that differ (relative error above ``1e-9``).
+    """
+    from attnlab.models import LinearTransformer
+    from attnlab.tasks.icl_regression import sample_regression
+
+    if not callable(step):
+        raise ValueError(f"step must be a function of (omegas, Sigma, alpha, lam, M, u, a, w), got {step!r}")
+    seed = check_int("seed", seed, minimum=0)
+    model = LinearTransformer(d, n_layers, 2, "diag", init_scale=0.3, seed=seed, dtype="float64")
+    data = sample_regression(16, d, n, noise="uniform:1", generator=seed, dtype="float64")
+    state = implicit_state(model, data.X, data.y)
+    stats = data_statistics(data.X, data.y)
+    omegas = model.omegas().detach().tolist()
+    names = ("M", "u", "a", "w")
+    for layer in range(n_layers):
+        now = tuple(state[k][layer].clone() for k in names)
+        out = step(tuple(omegas[layer]), *stats, *now)
+        if not isinstance(out, tuple | list) or len(out) != 4:
+            raise AssertionError("step must return the four quantities (M, u, a, w) after the layer")
+        for name, mine in zip(names, out, strict=True):
+            exact = state[name][layer + 1]
+            mine = torch.as_tensor(mine, dtype=exact.dtype)
+            if mine.shape != exact.shape:
+                raise AssertionError(
+                    f"{name} after layer {layer + 1} has shape {list(mine.shape)}, not {list(exact.shape)}"
+                )
+            if ((mine - exact).abs().max() / exact.abs().max().clamp_min(1e-300)).item() > 1e-9:
+                raise AssertionError(
+                    f"{name} after layer {layer + 1} differs from the recursion: recheck A, b, c, delta "
+                    "of the DIAG layer and the statistics of the current tokens"
+                )
+    return f"Correct: your step matches the recursion on {n_layers} layers of a random DIAG model."
 
 
 def one_layer_optimum(d: int, n: int, mean_sigma2: float = 0.0) -> dict:
