@@ -1,7 +1,8 @@
 """Hand-set weights of Part III: one step of GD, ``L`` steps of GD, and GD++ (paper C, Thm 5.1).
 
-Each function returns a :class:`attnlab.models.LinearTransformer` whose weights implement the
-construction (chapters 01 and 03).
+Each construction returns a :class:`attnlab.models.LinearTransformer` whose weights implement it
+(chapters 01 and 03); :func:`verify_gd_weights` and :func:`verify_gdpp_bounds` check a reader's
+answers to the exercises on them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ themselves functions of ``(M, u, a, w)`` and of the data's ``Sigma, alpha, lambd
 with :meth:`LinearTransformer.hidden_states` is a real check (chapter 02).
 
 Lemma 4.4 (:func:`momentum_form`) rewrites the DIAG recursion as gradient descent with momentum.
+The ``verify_*`` functions check a reader's answers to the exercises of chapters 01 to 03.
 """
 
 from __future__ import annotations
