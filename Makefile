@@ -84,9 +84,11 @@ singlehtml: $(STAMP)
 	rm -rf _build/singlehtml
 	$(BIN)/jupyter-book build . -W --keep-going --builder singlehtml
 
-# The book as one PDF for the reading group, _build/pdf/solvable-attention.pdf: the single page
-# printed by Debian's Chromium (playwright), offline, with typeset math and the figures, bookmarks
-# and a table of contents; it fails on a table wider than the page or a page left almost blank.
+# The book as two PDFs for the reading group, printed from the single page by Debian's Chromium
+# (playwright), offline, with typeset math and the figures, a title page (version, date, commit),
+# bookmarks and a table of contents with page numbers: _build/pdf/solvable-attention-participants.pdf
+# without the solutions and "What happens" answers, _build/pdf/solvable-attention-leader.pdf with
+# them at the end of each part. It fails on a table wider than the page or a page left almost blank.
 pdf: singlehtml
 	$(BIN)/python tests/print_pdf.py
 

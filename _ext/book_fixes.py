@@ -1,12 +1,19 @@
 """Small fixes and additions to Jupyter Book 1's HTML.
 
-- sphinx-thebe and sphinx-togglebutton register their inline scripts twice (once with the file
-  name ``None``, once with ``""``), and a page that declares ``const THEBE_JS_URL`` twice logs a
-  SyntaxError. Scripts with the same file and attributes are kept once.
+- sphinx-togglebutton registers its inline scripts twice (once with the file name ``None``,
+  once with ``""``; sphinx-thebe did too, and a page that declared ``const THEBE_JS_URL`` twice
+  logged a SyntaxError). Scripts with the same file and attributes are kept once.
 - pydata-sphinx-theme logs "invalid theme mode" when no default colour mode is set.
-- Every chapter's download menu offers its executed ``.ipynb`` (sphinx-book-theme only copies it
-  when a launch button is configured, and the book has none) next to the ``.md``, and a link
-  to "run it locally: make lab" (the execution page says how).
+- Every chapter's download menu offers its executed ``.ipynb``, with the outputs of this build
+  (sphinx-book-theme only copies it when a launch button is configured, and the book has none;
+  myst-nb, when it takes a chapter's outputs from its cache, writes the notebook it read, without
+  them, so :func:`_write_executed_notebook` writes it again with them). Each entry's label says
+  what it is: ".ipynb (executed, with outputs)" or, should a notebook have none, ".ipynb (no
+  outputs)"; ".md (source, no outputs)". A page without code cells offers only its ``.md``. The
+  menu also links to "run it locally: make lab" (the execution page says how).
+- sphinx-thebe (live code, which the book does not use: ``launch_buttons.thebe`` is off) is
+  loaded by Jupyter Book whatever the configuration; its handlers and stylesheet are removed, so
+  that no page ships its scripts, its stylesheet or its configuration.
 - The execution table says "passed"/"failed" in words, not with emoji that need an emoji font.
 - The role ``exec-time``, given docnames separated by spaces, writes the summed execution time
   of those chapters in minutes, as measured by this very build (the reading-group guide's
@@ -17,6 +24,7 @@
   navigation, figures kept whole); ``_ext/static/favicon.svg`` is the favicon.
 - The single-page builder (``make pdf``) can write every node the HTML builder can.
 - The chapters are executed on every core before they are read (``_ext/parallel_execution.py``).
+- Every page's footer says the version, the build date and the commit (``_ext/build_info.py``).
 - Every figure of every chapter gets the book's style: the kernels inherit ``MATPLOTLIBRC``
   pointing to ``lib/attnlab/attnlab.mplstyle`` (the Makefile sets it too, for nbval and
   ``make lab``).
@@ -61,22 +69,78 @@ def _dedupe_scripts(app, pagename, templatename, context, doctree):
     context["default_mode"] = context.get("default_mode") or "light"
 
 
+def _write_executed_notebook(app, doctree):
+    """Write ``jupyter_execute/<doc>.ipynb`` again, with the outputs myst-nb took from its cache.
+
+    myst-nb (1.4, execution mode "cache") writes that file from the notebook it read, before the
+    cached outputs are merged into a copy; the copy is what it renders. A notebook that is not in
+    the cache (myst-nb executed it itself, which writes its outputs in place) is left as it is.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    env = app.env
+    nb_config = getattr(env, "mystnb_config", None)
+    if nb_config is None or nb_config.execution_mode != "cache" or not nb_config.output_folder:
+        return
+    path = Path(nb_config.output_folder, *f"{env.docname}.ipynb".split("/"))
+    if not path.exists():
+        return
+    notebook = nbformat.read(path, as_version=4)
+    if not any(cell.cell_type == "code" for cell in notebook.cells):
+        return
+    cache = get_cache(nb_config.execution_cache_path or ".jupyter_cache")
+    try:
+        _, executed = cache.merge_match_into_notebook(notebook)
+    except KeyError:
+        return
+    nbformat.write(executed, path)
+
+
+def _code_cells(path: Path) -> tuple[int, int]:
+    """``(code cells, code cells with outputs)`` of the notebook at ``path``."""
+    import nbformat
+
+    cells = [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    return len(cells), sum(1 for cell in cells if cell.get("outputs"))
+
+
 def _offer_notebook(app, pagename, templatename, context, doctree):
     """Copy the executed notebook next to the page's sources, for the download menu."""
     executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
     if "kernelspec" not in app.env.metadata.get(pagename, {}) or not executed.exists():
         return
+    code, with_outputs = _code_cells(executed)
+    if code == 0:
+        return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(executed, target)
     context["ipynb_source"] = f"{pagename}.ipynb"
+    context["attnlab_ipynb_outputs"] = with_outputs
 
 
-def _run_locally_note(app, pagename, templatename, context, doctree):
+#: The download menu's labels and tooltips: the notebook with and without outputs, and the source.
+IPYNB_EXECUTED = (".ipynb (executed, with outputs)", "The notebook as this build ran it, with its outputs")
+IPYNB_BARE = (".ipynb (no outputs)", "The notebook, without outputs: run it to see them")
+MD_SOURCE = (".md (source, no outputs)", "The chapter's source (MyST markdown), without outputs")
+
+
+def _download_menu(app, pagename, templatename, context, doctree):
+    """Say in the download menu what each file is, and add "run it locally"."""
     # On the execution page itself Sphinx's pathto gives "#", which made the link "##run-it-locally".
     page = "" if pagename == EXECUTION_PAGE else context["pathto"](EXECUTION_PAGE)
     for button in context.get("header_buttons", []):
-        if button.get("label") == "download-buttons" and "ipynb_source" in context:
+        if button.get("label") != "download-buttons":
+            continue
+        for entry in button.get("buttons", []):
+            if entry.get("label") == "download-notebook-button":
+                entry["text"], entry["tooltip"] = (
+                    IPYNB_EXECUTED if context.get("attnlab_ipynb_outputs") else IPYNB_BARE
+                )
+            elif entry.get("label") == "download-source-button" and str(entry.get("url", "")).endswith(".md"):
+                entry["text"], entry["tooltip"] = MD_SOURCE
+        if "ipynb_source" in context:
             button["buttons"].append(
                 {
                     "type": "link",
@@ -87,6 +151,17 @@ def _run_locally_note(app, pagename, templatename, context, doctree):
                     "label": "run-locally-button",
                 }
             )
+
+
+def _drop_thebe(app):
+    """Remove sphinx-thebe's event handlers and stylesheet (live code is off)."""
+    for listeners in app.events.listeners.values():
+        listeners[:] = [
+            listener
+            for listener in listeners
+            if not getattr(listener.handler, "__module__", "").startswith("sphinx_thebe")
+        ]
+    app.registry.css_files[:] = [css for css in app.registry.css_files if "thebe" not in css[0]]
 
 
 class ExecTimeNode(nodes.Inline, nodes.TextElement):
@@ -186,12 +261,15 @@ def _add_static(app):
 
 def setup(app):
     app.setup_extension("parallel_execution")
+    app.setup_extension("build_info")
+    _drop_thebe(app)
+    app.connect("doctree-read", _write_executed_notebook)
     app.connect("builder-inited", _html_handlers_for_singlehtml)
     app.connect("builder-inited", _add_static)
     app.add_css_file("attnlab.css")
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("html-page-context", _offer_notebook, priority=400)
-    app.connect("html-page-context", _run_locally_note, priority=600)
+    app.connect("html-page-context", _download_menu, priority=600)
     app.add_node(ExecTimeNode)
     app.add_role("exec-time", ExecTimeRole())
     app.add_post_transform(ExecTimeTransform)

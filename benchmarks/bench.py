@@ -866,7 +866,7 @@ def cpu_table_time() -> list[str]:
     """The report's lines on the committed CPU-scale Table 1 run: its wall time (recorded in its JSON
     when it ran, not measured by this benchmark) against the 4-hour target of issue 13."""
     from attnlab.experiments import load_result
-    from attnlab.experiments.icl import per_model
+    from attnlab.experiments.in_context import per_model
 
     res = load_result("icl_mixed_noise", "cpu")
     t, cfg = res.meta["timing"], res.config

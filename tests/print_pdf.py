@@ -1,32 +1,51 @@
-"""Print the single-page book (``_build/singlehtml``) to ``_build/pdf/solvable-attention.pdf``.
+"""Print the single-page book (``_build/singlehtml``) as two PDFs, in ``_build/pdf``.
 
 ``make pdf`` first builds the single page from the HTML build's environment (no chapter is
 executed again), then runs this script: Debian's Chromium, driven by playwright, opens the page
 from a local server (nothing leaves 127.0.0.1), waits for MathJax to typeset every formula, and
-prints it. ``tests/test_browser.py`` runs the same :func:`print_book` and checks the result.
+prints it twice (:func:`print_books`); ``tests/test_browser.py`` runs the same function and checks
+the result.
 
-The PDF is a book: a table of contents with a link to every chapter and section
-(:func:`add_contents`), bookmarks (the PDF's outline, from the headings), and the print styles
-of ``_ext/static/attnlab.css`` (no code-cell toggles, tables that fit the page). Before printing,
-the page is laid out at the printed width (:data:`PRINT_WIDTH_PX`) and every table is measured
-(:func:`clipped_tables`); :func:`near_empty_pages` finds pages left almost blank.
+- ``solvable-attention-leader.pdf``, the leader's edition: every solution of an exercise and
+  every "What happens" answer moves to "Answers" at the end of its part, and a line where it
+  was links to it;
+- ``solvable-attention-participants.pdf``, the participants' edition: the same book without
+  them, so that a group can predict before it runs.
+
+Each is a book: a title page with the version, the build date and the commit; a part title
+where each part of ``_toc.yml`` begins; a table of contents with every part, chapter, section
+and subsection, linked and with its page number; one bookmark for each of them, math written as
+text; and the print styles of ``_ext/static/attnlab.css`` (no code-cell toggles, tables that fit
+the page). The pages are made in the browser by ``tests/print_book.js``, which works from the
+rendered HTML (an answer is a ``div.solution`` of sphinx-exercise, static or gated, or an
+admonition titled "What happens"). The contents' page numbers are known only once the book is
+printed: the book is printed with an empty box of fixed width for each number, its headings'
+pages are read from the PDF, and the numbers alone are printed over the contents' pages
+(``tests/pdf_book.py``, which also writes the bookmarks).
+
+Before printing, the page is laid out at the printed width (:data:`PRINT_WIDTH_PX`) and every
+table is measured (:func:`clipped_tables`); :func:`near_empty_pages` finds pages left almost
+blank.
 """
 
 from __future__ import annotations
 
 import functools
+import html
 import http.server
-import re
 import shutil
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pdf_book
+
 ROOT = Path(__file__).resolve().parent.parent
 SINGLE = ROOT / "_build" / "singlehtml"
-PDF = ROOT / "_build" / "pdf" / "solvable-attention.pdf"
+PDF_DIR = ROOT / "_build" / "pdf"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 #: The paper and its margins (A4).
@@ -56,11 +75,6 @@ def serve(directory: Path):
     finally:
         httpd.shutdown()
         httpd.server_close()
-
-
-def page_count(pdf: Path) -> int:
-    """Pages of a PDF written by Chromium (its page objects are not compressed)."""
-    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", pdf.read_bytes()))
 
 
 def single_page(single: Path = SINGLE) -> Path:
@@ -95,37 +109,6 @@ def offline_page(browser, url: str, viewport: dict):
     page.route("**/*", route)
     return page, foreign
 
-
-#: A table of contents, put before the book's first section: a link to every chapter (``h2`` on
-#: the single page, whose ``h1`` is the book's title) and to each of its sections (``h3``).
-#: Returns the number of entries.
-_CONTENTS_JS = """() => {
-  const main = document.querySelector('main');
-  const heads = Array.from(main.querySelectorAll('section[id] > h2, section[id] > h3'));
-  const nav = document.createElement('nav');
-  nav.className = 'attnlab-print-contents';
-  nav.innerHTML = '<p class="attnlab-print-contents-title">Contents</p>';
-  const list = document.createElement('ul');
-  let chapter = null;
-  for (const h of heads) {
-    const a = document.createElement('a');
-    a.href = '#' + h.parentElement.id;
-    a.textContent = h.textContent.replace(/#$/, '').trim();
-    const li = document.createElement('li');
-    li.appendChild(a);
-    if (h.tagName === 'H2' || chapter === null) {
-      chapter = document.createElement('ul');
-      li.appendChild(chapter);
-      list.appendChild(li);
-    } else {
-      chapter.appendChild(li);
-    }
-  }
-  nav.appendChild(list);
-  const first = main.querySelector('section[id]');
-  first.parentElement.insertBefore(nav, first);
-  return heads.length;
-}"""
 
 #: Every table of the page that is wider than its container or than the printed text, as
 #: ``"id or caption: width px in container px"``, measured at :data:`PRINT_WIDTH_PX`.
@@ -162,25 +145,13 @@ def narrow_wide_tables(page) -> int:
     return page.evaluate(_NARROW_JS, PRINT_WIDTH_PX)
 
 
-def add_contents(page) -> int:
-    """Put a linked table of contents before the book's first chapter; returns its entries."""
-    return page.evaluate(_CONTENTS_JS)
-
-
-#: An outline item (bookmark) of a PDF written by Chromium: a title, then where it leads.
-_BOOKMARK = re.compile(rb"/Title\s*(?:\((?:[^()\\]|\\.)*\)|<[0-9A-Fa-f\s]*>)\s*/Dest\s*\[")
-
-
-def bookmarks(pdf: Path) -> int:
-    """The bookmarks (outline items) of a PDF written by Chromium (its outline is not compressed)."""
-    return len(_BOOKMARK.findall(pdf.read_bytes()))
-
-
-def near_empty_pages(pdf: Path, dpi: int = 20) -> list[int]:
+def near_empty_pages(pdf: Path, dpi: int = 20, front: int = 0) -> list[int]:
     """The pages (1-based; not the last) whose printed area is inked over < :data:`NEAR_EMPTY` of it.
 
     The pages are rendered in grey by poppler's ``pdftoppm`` at ``dpi``; the top and bottom
-    margins (the page number) are left out. Returns ``[]`` without ``pdftoppm``.
+    margins (the page number) are left out. The first ``front`` pages (the title page and the
+    contents, which end with a page break of their own) are not checked. Returns ``[]`` without
+    ``pdftoppm``.
     """
     import subprocess
     import tempfile
@@ -194,6 +165,8 @@ def near_empty_pages(pdf: Path, dpi: int = 20) -> list[int]:
         files = sorted(Path(tmp).glob("p-*.pgm"), key=lambda f: int(f.stem.split("-")[-1]))
         empty = []
         for number, image in enumerate(files[:-1], start=1):
+            if number <= front:
+                continue
             raw = image.read_bytes()
             _, size, _, pixels = raw.split(b"\n", 3)
             width, height = map(int, size.split())
@@ -206,52 +179,133 @@ def near_empty_pages(pdf: Path, dpi: int = 20) -> list[int]:
     return empty
 
 
-def print_book(browser, base: str, out: Path = PDF) -> dict:
-    """Print ``{base}/book.html`` (the whole book on one page, :func:`single_page`) to ``out``.
+#: The two printed books: their file, and the title page's edition line and note.
+EDITIONS = {
+    "leader": {
+        "pdf": PDF_DIR / "solvable-attention-leader.pdf",
+        "title": "Leader's edition",
+        "note": (
+            "With the solutions of the exercises and the answers to \u201cWhat happens\u201d, gathered at "
+            "the end of each part. The participants' edition leaves them out."
+        ),
+    },
+    "participants": {
+        "pdf": PDF_DIR / "solvable-attention-participants.pdf",
+        "title": "Participants' edition",
+        "note": (
+            "Without the solutions of the exercises and the answers to \u201cWhat happens\u201d: predict, "
+            "then run. The leader's edition has them."
+        ),
+    },
+}
 
-    Returns the number of typeset formulas, the raw TeX markers left in the text, the requests
-    that tried to leave ``base``'s host, the tables wider than the printed text, the entries of
-    the table of contents, and the PDF's pages.
+
+def parts(toc: Path = ROOT / "_toc.yml") -> list[dict]:
+    """The parts of ``_toc.yml``: ``[{"caption", "docs": [docname, ...]}, ...]``."""
+    import yaml
+
+    data = yaml.safe_load(toc.read_text(encoding="utf8"))
+    return [
+        {"caption": part.get("caption", ""), "docs": [entry["file"] for entry in part.get("chapters", [])]}
+        for part in data.get("parts", [])
+    ]
+
+
+def _footer(info: dict, edition: str) -> str:
+    return (
+        '<div style="font-size:8px;width:100%;text-align:center;color:#555">'
+        f"Solvable Attention {html.escape(info['version'])} · {html.escape(edition)} · "
+        '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
+    )
+
+
+def _print_edition(page, edition: dict, out: Path, work: Path) -> dict:
+    """Print the page as it stands to ``out``, with a title page, paged contents and bookmarks."""
+    info = page.evaluate("([t, n]) => attnlabPrint.titlePage(t, n)", [edition["title"], edition["note"]])
+    entries = page.evaluate("attnlabPrint.contents()")
+    footer = _footer(info, edition["title"])
+    first = work / f"{out.stem}-pages.pdf"
+    page.pdf(
+        path=str(first),
+        **PAPER,
+        print_background=True,
+        display_header_footer=True,
+        header_template="<span></span>",
+        footer_template=footer,
+    )
+    found = pdf_book.destinations(first)
+    numbers = {entry["id"]: found.get(entry["id"]) for entry in entries}
+    missing = [name for name, number in numbers.items() if number is None]
+    if missing:
+        raise ValueError(f"Chromium wrote no destination for the headings {missing[:5]} (of {len(missing)})")
+    # The title page and the contents end on the page before the first heading (the intro's title).
+    front_pages = numbers[entries[0]["id"]] - 1
+    page.evaluate("numbers => attnlabPrint.pageNumbers(numbers)", numbers)
+    page.evaluate("document.documentElement.classList.add('attnlab-print-numbers-only')")
+    stamp = work / f"{out.stem}-numbers.pdf"
+    page.pdf(path=str(stamp), **PAPER, print_background=False, page_ranges=f"1-{front_pages}")
+    page.evaluate("document.documentElement.classList.remove('attnlab-print-numbers-only')")
+    metadata = {
+        "dc:title": f"Solvable Attention — {edition['title']}",
+        "dc:description": f"Version {info['version']}, built {info['date']} from commit {info['commit']}",
+    }
+    pdf_book.finish(first, stamp, front_pages, entries, out, metadata)
+    return {
+        "info": info,
+        "entries": [dict(entry, page=numbers[entry["id"]]) for entry in entries],
+        "front_pages": front_pages,
+        "pages": pdf_book.page_count(out),
+        "bookmarks": len(pdf_book.outline(out)),
+    }
+
+
+def print_books(browser, base: str, out_dir: Path = PDF_DIR) -> dict:
+    """Print ``{base}/book.html`` (the whole book on one page, :func:`single_page`) as both editions.
+
+    The page is loaded and typeset once; the leader's edition is printed first (its answers
+    gathered at the end of each part), then the answers are removed and the participants' edition
+    is printed. Returns, for each edition, what :func:`_print_edition` returns and the number of
+    answers it holds; and, for the page, the number of typeset formulas, the raw TeX markers left
+    in the text, the requests that tried to leave ``base``'s host and the tables wider than the
+    printed text.
     """
     page, foreign = offline_page(browser, base, {"width": PRINT_WIDTH_PX, "height": 1400})
     page.goto(f"{base}/book.html", wait_until="load", timeout=120_000)
     page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60_000)
     page.evaluate("MathJax.startup.promise")
+    page.add_script_tag(content=(Path(__file__).parent / "print_book.js").read_text(encoding="utf8"))
     # Hidden code and collapsed dropdowns stay closed in print; every figure is shown.
     page.emulate_media(media="print")
-    contents = add_contents(page)
+    page.evaluate("document.documentElement.classList.add('attnlab-book-print')")
     narrowed = narrow_wide_tables(page)
     clipped = clipped_tables(page)
-    tables = page.evaluate("document.querySelectorAll('main table').length")
-    typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
-    text = page.evaluate("document.querySelector('main') ? document.querySelector('main').innerText : ''")
-    raw = sorted({tok for tok in RAW_TEX if tok in text})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    page.pdf(
-        path=str(out),
-        **PAPER,
-        print_background=True,
-        display_header_footer=True,
-        header_template="<span></span>",
-        footer_template=(
-            '<div style="font-size:9px;width:100%;text-align:center">'
-            '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
-        ),
-        outline=True,
-        tagged=True,
-    )
-    page.close()
-    return {
-        "typeset": typeset,
-        "raw": raw,
-        "foreign": foreign,
-        "pages": page_count(out),
-        "bookmarks": bookmarks(out),
-        "tables": tables,
+    seen = {
+        "tables": page.evaluate("document.querySelectorAll('main table').length"),
+        "typeset": page.evaluate("document.querySelectorAll('mjx-container').length"),
         "narrowed": narrowed,
         "clipped": clipped,
-        "contents": contents,
+        "parts": page.evaluate("parts => attnlabPrint.markParts(parts)", parts()),
+        "answers": page.evaluate("attnlabPrint.answers()"),
     }
+    text = page.evaluate("document.querySelector('main') ? document.querySelector('main').innerText : ''")
+    seen["raw"] = sorted({tok for tok in RAW_TEX if tok in text})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        moved = page.evaluate("attnlabPrint.gatherAnswers()")
+        seen["leader"] = _print_edition(
+            page, EDITIONS["leader"], out_dir / EDITIONS["leader"]["pdf"].name, Path(tmp)
+        )
+        seen["leader"]["answers_moved"] = moved
+        seen["leader"]["answers"] = page.evaluate("attnlabPrint.answers()")
+        removed = page.evaluate("attnlabPrint.dropAnswers()")
+        seen["participants"] = _print_edition(
+            page, EDITIONS["participants"], out_dir / EDITIONS["participants"]["pdf"].name, Path(tmp)
+        )
+        seen["participants"]["answers_removed"] = removed
+        seen["participants"]["answers"] = page.evaluate("attnlabPrint.answers()")
+    page.close()
+    seen["foreign"] = foreign
+    return seen
 
 
 def main() -> int:
@@ -261,21 +315,28 @@ def main() -> int:
     with serve(SINGLE) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         try:
-            seen = print_book(browser, base)
+            seen = print_books(browser, base)
         finally:
             browser.close()
-    empty = near_empty_pages(PDF)
+    failed = bool(seen["raw"] or seen["foreign"] or seen["clipped"])
     print(
-        f"{PDF}: {seen['pages']} pages, {seen['bookmarks']} bookmarks, {seen['contents']} entries in the "
-        f"contents, {seen['typeset']} formulas typeset, {len(seen['clipped'])} of {seen['tables']} tables "
-        f"wider than the page ({seen['narrowed']} set in narrow type), near-empty pages: {empty or 'none'}"
+        f"{seen['typeset']} formulas typeset, {len(seen['clipped'])} of {seen['tables']} tables wider than "
+        f"the page ({seen['narrowed']} set in narrow type), {seen['answers']} answers"
     )
+    for name, edition in EDITIONS.items():
+        done, out = seen[name], edition["pdf"]
+        empty = near_empty_pages(out, front=done["front_pages"])
+        failed = failed or bool(empty)
+        print(
+            f"{out}: {done['pages']} pages, {done['bookmarks']} bookmarks, {len(done['entries'])} entries in "
+            f"{done['front_pages'] - 1} pages of contents, {done['answers']} answers, near-empty pages: "
+            f"{empty or 'none'}"
+        )
     for table in seen["clipped"]:
         print(f"  clipped: {table}")
-    if seen["raw"] or seen["foreign"] or seen["clipped"] or empty:
+    if seen["raw"] or seen["foreign"]:
         print(f"raw TeX left: {seen['raw']}; requests to other hosts: {seen['foreign'][:3]}")
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

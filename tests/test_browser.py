@@ -4,14 +4,20 @@ For each page of ``_build/html``: the math is typeset by the local MathJax (no r
 every image loaded, every figure has alt text, every internal link resolves, no request left
 127.0.0.1, and the console shows no error. What a reader of the results sees: no table printed as
 preformatted text in a chapter's output, no figure wider than the text column (shown scaled
-down), no figure caption with a raw label or raw MyST, and no header button (launch, repository)
-that points to another host. Clicking through the sidebar reaches every chapter of the table of
-contents, and a solution dropdown opens on click. Screenshots of the intro and of the first
-chapter of each part are saved into ``_build/screenshots``.
+down), no figure caption with a raw label or raw MyST, no header button (launch, repository)
+that points to another host, the version, build date and commit in the footer, and no
+sphinx-thebe asset. Clicking through the sidebar reaches every chapter of the table of contents,
+a solution dropdown opens on click, hovering over a reference to an equation or a theorem of
+another chapter shows it (sphinx-tippy), and each chapter's downloaded notebook has the outputs
+its label promises. Screenshots of the intro and of the first chapter of each part are saved
+into ``_build/screenshots``.
 
-The PDF (``make pdf``: the single-page build, printed by the same Chromium) has more than
-:data:`MIN_PDF_PAGES` pages, every formula typeset and no raw TeX; its first pages are saved as
-images into ``_build/screenshots`` (with poppler's ``pdftoppm``).
+The two PDFs (``make pdf``: the single-page build, printed by the same Chromium, both editions)
+have more than :data:`MIN_PDF_PAGES` pages, every formula typeset and no raw TeX; the
+participants' edition holds no answer (each answer's first sentence, taken from the HTML, is
+found in the leader's PDF and not in the participants'); the bookmarks are one clean title per
+part and heading; the contents' page numbers are the bookmarks' pages. Their first pages are
+saved as images into ``_build/screenshots`` (with poppler's ``pdftoppm``).
 
 The browser is Debian's ``chromium`` driven by Python playwright (never ``playwright install``).
 Without it the test skips with a message, except under ``CI=true``, where it fails.
@@ -26,6 +32,7 @@ import re
 import shutil
 import subprocess
 import threading
+import unicodedata
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -33,6 +40,8 @@ from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
 import yaml
+
+import attnlab
 
 ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
@@ -155,6 +164,16 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
     run_locally = page.evaluate(
         "Array.from(document.querySelectorAll('a.btn-run-locally-button')).map(a => a.href)"
     )
+    # Which book this is: the footer's version, build date and commit (_ext/build_info.py).
+    build = page.evaluate(
+        "(e => e ? {version: e.dataset.version, date: e.dataset.date, commit: e.dataset.commit} : null)"
+        "(document.querySelector('footer .attnlab-build'))"
+    )
+    # Live code is off: no sphinx-thebe script, stylesheet or configuration on the page.
+    thebe = page.evaluate(
+        "Array.from(document.querySelectorAll('script, link[rel=stylesheet]'))"
+        ".map(e => e.src || e.href || e.textContent).filter(t => /thebe/i.test(t)).map(t => t.slice(0, 80))"
+    )
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
@@ -174,6 +193,8 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "blurry": blurry,
         "raw_captions": [c for c in captions if _raw_label(c)],
         "away": [b for b in buttons if urlparse(b).netloc not in (host, "")],
+        "build": _build_problems(build),
+        "thebe": thebe,
         "run_locally": [
             link
             for link in run_locally
@@ -203,7 +224,26 @@ _PAGE_PROBLEMS = (
     ("raw_captions", "captions with raw labels or markup"),
     ("away", "header buttons pointing to another host"),
     ("run_locally", 'a "run it locally" link that does not lead to the execution page\'s section'),
+    ("build", "the footer's version, date and commit"),
+    ("thebe", "sphinx-thebe assets (live code is off)"),
 )
+
+
+def _build_problems(build: dict | None) -> list[str]:
+    """What is wrong with the footer's version, build date and commit (nothing: ``[]``)."""
+    if not build:
+        return ["no footer line with them"]
+    problems = []
+    if build["version"] != attnlab.__version__:
+        problems.append(f"version {build['version']}, the library's is {attnlab.__version__}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", build["date"] or ""):
+        problems.append(f"date {build['date']!r}")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode == 0 and (build["commit"] or "").split()[:1] != [head.stdout.strip()]:
+        problems.append(f"commit {build['commit']!r}, HEAD is {head.stdout.strip()} (rebuild the book)")
+    elif head.returncode != 0 and not build["commit"]:
+        problems.append("no commit")
+    return problems
 
 
 def _looks_like_a_table(text: str) -> bool:
@@ -296,6 +336,77 @@ def test_solution_dropdown_opens_on_click(server, browser):
     page.close()
 
 
+@pytest.mark.parametrize("kind", ["equation", "theorem"])
+def test_hover_shows_the_target_of_a_cross_chapter_reference(server, browser, kind):
+    """Hovering over a reference to an equation ({eq}) or a theorem ({prf:ref}) of another chapter
+    shows the target in a preview (sphinx-tippy), its math typeset, offline."""
+    import print_pdf
+
+    selector = {
+        "equation": 'article.bd-article a.reference.internal[href*=".html#equation-"]',
+        "theorem": 'article.bd-article a.reference.internal[href*=".html#thm-"]',
+    }[kind]
+    page, foreign = print_pdf.offline_page(browser, server, {"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for target in _toc_chapters():
+        page.goto(f"{server}/{target}", wait_until="load")
+        if page.locator(selector).count():
+            break
+    else:
+        pytest.fail(f"no chapter refers to the {kind} of another chapter")
+    link = page.locator(selector).first
+    label = link.get_attribute("href").split("#", 1)[1]
+    page.wait_for_function("el => el._tippy !== undefined", arg=link.element_handle(), timeout=20000)
+    link.scroll_into_view_if_needed()
+    link.hover()
+    preview = page.locator(".tippy-box").first
+    preview.wait_for(state="visible", timeout=10000)
+    page.wait_for_selector(".tippy-box mjx-container", timeout=20000)
+    shown = preview.locator(f'[id="{label}"]').count()
+    page.close()
+    assert shown == 1, f"hovering {label} on {target} shows no preview of it"
+    assert not foreign and not errors, (foreign[:3], errors[:3])
+
+
+def test_downloaded_notebook_has_the_outputs_its_label_says(server):
+    """Each chapter's download menu says what its ``.ipynb`` holds, and it holds it: a notebook
+    labelled "executed, with outputs" has at least the outputs the page shows; a page that shows
+    outputs offers such a notebook."""
+    import json
+
+    from bs4 import BeautifulSoup
+
+    checked = 0
+    for target in _toc_chapters():
+        soup = BeautifulSoup((HTML / target).read_text(encoding="utf8"), "html.parser")
+        shown = len(soup.select("main .cell_output"))
+        link = soup.select_one("a.btn-download-notebook-button")
+        source = soup.select_one("a.btn-download-source-button")
+        assert source is not None and "source, no outputs" in source.get_text(), f"{target}: the .md's label"
+        if link is None:
+            assert shown == 0, f"{target} shows {shown} outputs but offers no notebook"
+            continue
+        label = link.get_text(" ", strip=True)
+        with urllib.request.urlopen(urljoin(f"{server}/{target}", link["href"]), timeout=30) as response:
+            notebook = json.load(response)
+        code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+        with_outputs = sum(1 for cell in code if cell.get("outputs"))
+        if "executed, with outputs" in label:
+            assert with_outputs >= max(shown, 1), (
+                f"{target}: the notebook labelled {label!r} has outputs in {with_outputs} of "
+                f"{len(code)} code cells; the page shows {shown}"
+            )
+        else:
+            assert label == ".ipynb (no outputs)" and with_outputs == 0 and shown == 0, (target, label)
+        checked += with_outputs > 0
+    assert checked >= 20, f"only {checked} chapters offer a notebook with outputs"
+
+
+def test_no_thebe_assets_are_shipped():
+    assert not [p for p in (HTML / "_static").rglob("*") if "thebe" in p.name.lower()]
+
+
 def test_screenshot_of_each_part(server, browser):
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     for number, part in enumerate(toc["parts"], start=1):
@@ -350,53 +461,261 @@ def test_looks_like_a_table():
     assert not _raw_label("Fig. 1.2 The test error of GD++ against α for three seeds.")
 
 
-def test_pdf_of_the_whole_book(browser):
-    """``make pdf`` printed by Chromium: > 100 pages, typeset math, no raw TeX, first pages saved."""
+@pytest.fixture(scope="module")
+def printed(browser):
+    """Both printed editions (``make pdf``), printed once for the tests below."""
     import print_pdf
 
     if not (SINGLE / "book" / "intro.html").exists():
         pytest.fail(f"{SINGLE}/book/intro.html is missing: build the single page first (make pdf)")
     print_pdf.single_page(SINGLE)
     with print_pdf.serve(SINGLE) as base:
-        seen = print_pdf.print_book(browser, base, print_pdf.PDF)
-    if shutil.which("pdftoppm"):
+        seen = print_pdf.print_books(browser, base)
+    if shutil.which("pdftoppm") is None:
+        _unavailable("no pdftoppm (Debian's poppler-utils) to save the PDF's first pages as images")
+    return seen
+
+
+def _pdf_text(pdf: Path, *args: str) -> str:
+    if shutil.which("pdftotext") is None:
+        _unavailable("no pdftotext (Debian's poppler-utils) to read the PDF's text")
+    done = subprocess.run(
+        ["pdftotext", *args, str(pdf), "-"], capture_output=True, text=True, check=True, timeout=300
+    )
+    return done.stdout
+
+
+def _flat(text: str) -> str:
+    """Text as compared across HTML and PDF: compatibility forms, single spaces."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).replace("\u00ad", "")).strip()
+
+
+def _searchable(text: str) -> str:
+    """Text as searched for in a PDF's text: :func:`_flat`, and no space before punctuation or
+    after a hyphen (pdftotext puts one where the line broke, or before a full stop after code)."""
+    return re.sub(r"-\s+", "-", re.sub(r"\s+([.,;:!?)])", r"\1", _flat(text)))
+
+
+def test_pdf_of_the_whole_book(printed):
+    """Both editions: > 100 pages, typeset math, no raw TeX, tables within the page, no blank page."""
+    import print_pdf
+
+    for name, edition in print_pdf.EDITIONS.items():
+        pdf = edition["pdf"]
         SHOTS.mkdir(parents=True, exist_ok=True)
+        for old in SHOTS.glob(f"pdf-{name}-*.png"):
+            old.unlink()
         subprocess.run(
-            [
-                "pdftoppm",
-                "-png",
-                "-r",
-                "60",
-                "-f",
-                "1",
-                "-l",
-                "4",
-                str(print_pdf.PDF),
-                str(SHOTS / "pdf-page"),
-            ],
+            ["pdftoppm", "-png", "-r", "60", "-f", "1", "-l", "4", str(pdf), str(SHOTS / f"pdf-{name}")],
             check=True,
             timeout=120,
         )
-        assert len(list(SHOTS.glob("pdf-page-*.png"))) == 4
-    assert seen["pages"] > MIN_PDF_PAGES, f"the PDF has {seen['pages']} pages"
-    # A book: bookmarks and a table of contents for every chapter, every table within the page
-    # (measured at the printed width), and no page left almost blank.
-    chapters = len(_toc_chapters())
-    assert seen["bookmarks"] >= chapters, f"{seen['bookmarks']} bookmarks for {chapters} chapters"
-    assert seen["contents"] >= chapters, f"{seen['contents']} entries in the contents for {chapters} chapters"
-    assert seen["tables"] > 0 and not seen["clipped"], (
-        f"{len(seen['clipped'])} of {seen['tables']} tables are wider than the page: {seen['clipped'][:5]}"
+        assert len(list(SHOTS.glob(f"pdf-{name}-*.png"))) == 4
+        assert printed[name]["pages"] > MIN_PDF_PAGES, f"the {name} PDF has {printed[name]['pages']} pages"
+        empty = print_pdf.near_empty_pages(pdf, front=printed[name]["front_pages"])
+        assert empty == [], f"pages left almost blank in the {name} PDF: {empty}"
+        assert "Show code cell" not in _pdf_text(pdf), f"a code cell's toggle is printed in the {name} PDF"
+    clipped = printed["clipped"]
+    assert printed["tables"] > 0 and not clipped, (
+        f"{len(clipped)} of {printed['tables']} tables are wider than the page: {clipped[:5]}"
     )
-    assert print_pdf.near_empty_pages(print_pdf.PDF) == [], "pages left almost blank"
-    text = (
-        subprocess.run(
-            ["pdftotext", str(print_pdf.PDF), "-"], capture_output=True, text=True, check=True, timeout=300
-        ).stdout
-        if shutil.which("pdftotext")
-        else ""
-    )
-    assert "Show code cell" not in text, "a code cell's toggle is printed"
-    assert seen["typeset"] > 100 and not seen["raw"], f"raw TeX in the PDF's text: {seen['raw']}"
-    assert not seen["foreign"], seen["foreign"][:3]
-    if shutil.which("pdftoppm") is None:
-        _unavailable("no pdftoppm (Debian's poppler-utils) to save the PDF's first pages as images")
+    assert printed["typeset"] > 100 and not printed["raw"], f"raw TeX in the PDF's text: {printed['raw']}"
+    assert not printed["foreign"], printed["foreign"][:3]
+
+
+def _answers(soup) -> list:
+    """The answers of the single page: sphinx-exercise's solutions and "What happens" admonitions."""
+
+    def title(el):
+        head = el.find("p", class_="admonition-title", recursive=False)
+        return head.get_text(" ", strip=True) if head else ""
+
+    found = [
+        el
+        for el in soup.select("main div.solution, main div.admonition")
+        if "solution" in el.get("class", []) or re.match(r"what happens\b", title(el), flags=re.IGNORECASE)
+    ]
+    return [el for el in found if not any(parent in found for parent in el.parents)]
+
+
+def _probe(answer, elsewhere: str) -> tuple[str, int]:
+    """A piece of the answer's first sentence that the rest of the book does not contain.
+
+    The sentences are the answer's paragraphs' (then the lines of its code), with every formula
+    cut out (MathJax prints it as glyphs); a probe is the longest piece between formulas of at
+    least three words and 16 characters. Where no piece of the first sentence will do (all
+    formula, or also found outside the answers), the next sentence is tried. Returns the probe
+    and the index of its sentence (0: the first).
+    """
+    import copy
+
+    body = copy.copy(answer)
+    for el in body.select("p.admonition-title, .cell_output"):
+        el.decompose()
+    for el in body.select(".math, mjx-container"):
+        el.replace_with("|")
+    sentences = [s for p in body.find_all("p") for s in re.split(r"(?<=[.!?])\s+", _flat(p.get_text()))]
+    sentences += [line for pre in body.find_all("pre") for line in pre.get_text().splitlines()]
+    for index, sentence in enumerate(sentences):
+        pieces = sorted((_flat(p) for p in sentence.split("|")), key=len, reverse=True)
+        for piece in pieces:
+            piece = _searchable(piece)
+            if len(piece) >= 16 and len(piece.split()) >= 3 and piece not in elsewhere:
+                return piece, index
+    return "", -1
+
+
+def test_participants_pdf_leaves_out_every_answer(printed):
+    """The participants' edition holds no solution and no "What happens" answer; the leader's, all.
+
+    Each answer's first sentence is taken from the single page's HTML at test time (the next one
+    where the first is all formulas, :func:`_probe`); it must be found in the leader's PDF (so
+    that the search can fail) and not in the participants'.
+    """
+    import print_pdf
+    from bs4 import BeautifulSoup
+
+    html = (SINGLE / "book" / "intro.html").read_text(encoding="utf8")
+    soup = BeautifulSoup(html, "html.parser")
+    answers = _answers(soup)
+    assert len(answers) >= 40, f"only {len(answers)} solutions and 'What happens' answers on the single page"
+    assert printed["answers"] == len(answers), "print_book.js and this test find different answers"
+    assert printed["participants"]["answers"] == 0 and printed["leader"]["answers"] == len(answers)
+    rest = _text_without_answers(html)
+    # In content order (-raw): the layout order interleaves the lines of subscripts with the text.
+    leader = _searchable(_pdf_text(print_pdf.EDITIONS["leader"]["pdf"], "-raw"))
+    participants = _searchable(_pdf_text(print_pdf.EDITIONS["participants"]["pdf"], "-raw"))
+    missing, leaked, later = [], [], 0
+    for answer in answers:
+        probe, sentence = _probe(answer, rest)
+        name = answer.get("id") or answer.get_text(" ", strip=True)[:40]
+        assert probe, f"no piece of the answer {name} is absent from the rest of the book"
+        later += sentence > 0
+        if probe not in leader:
+            missing.append(f"{name}: {probe!r}")
+        if probe in participants:
+            leaked.append(f"{name}: {probe!r}")
+    assert not missing, f"answers not found in the leader's edition: {missing[:5]}"
+    assert not leaked, f"answers printed in the participants' edition: {leaked[:5]}"
+    # A first sentence that is all formulas is probed by the next one.
+    assert later <= len(answers) // 4, f"{later} answers were probed by a later sentence than the first"
+
+
+def _text_without_answers(html: str) -> str:
+    """The single page's text without its answers, every formula cut out (as :func:`_probe` does)."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    for answer in _answers(soup):
+        answer.decompose()
+    for el in soup.select("main .math"):
+        el.replace_with("|")
+    return _searchable(soup.select_one("main").get_text())
+
+
+#: A bookmark title that is not clean text: TeX or markup left in it, a doubled section number or
+#: title ("5. 5. Gradient flow…", "…a conservationGradient flow…"), or spaces where math was lost.
+_UNCLEAN = re.compile(r"[\\$`{}]|^(\d+(?:\.\d+)*\.) \1|\s{2}|^\s|\s$|\s[,.:;)]|\(\s")
+
+
+def _doubled(title: str) -> bool:
+    """The title's text twice over (Chromium's outline: "Exercises" → "ExercisesExercises")."""
+    words = re.sub(r"^\d+(?:\.\d+)*\.\s*", "", title)
+    half = len(words) // 2
+    return len(words) > 3 and words[:half].replace(" ", "") == words[half:].replace(" ", "")
+
+
+def _headings(html: str) -> list[tuple[str, list[str]]]:
+    """The single page's section headings outside the answers: their text with every formula cut
+    out, as the pieces between formulas (an empty list of formulas: no math in the heading)."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, "html.parser")
+    for answer in _answers(soup):
+        answer.decompose()
+    found = []
+    for heading in soup.select("main section > h1, main section > h2, main section > h3, main section > h4"):
+        for link in heading.select("a.headerlink"):
+            link.decompose()
+        maths = heading.select(".math")
+        for el in maths:
+            el.replace_with("|")
+        pieces = [_flat(piece) for piece in heading.get_text().split("|")]
+        found.append((_flat(heading.get_text().replace("|", "")), [p for p in pieces if p] if maths else []))
+    return found
+
+
+def test_pdf_bookmarks_are_one_clean_title_each(printed):
+    """A test reads both PDFs' outlines: a bookmark for every part of ``_toc.yml`` and every heading,
+    each title clean and once, formulas written as text, and each leading to a page of the book."""
+    import pdf_book
+    import print_pdf
+
+    captions = [part["caption"] for part in print_pdf.parts()]
+    headings = _headings((SINGLE / "book" / "intro.html").read_text(encoding="utf8"))
+    for name, edition in print_pdf.EDITIONS.items():
+        marks = pdf_book.outline(edition["pdf"])
+        titles = [title for _, title, _ in marks]
+        unclean = [t for t in titles if _UNCLEAN.search(t) or _doubled(t)]
+        assert not unclean, f"{name}: bookmarks that are not clean text: {unclean[:5]}"
+        numbered = [t for t in titles if re.match(r"\d+(\.\d+)*\. ", t)]
+        assert len(numbered) == len(set(numbered)), f"{name}: a numbered bookmark twice"
+        assert all(page is not None and 1 <= page <= printed[name]["pages"] for _, _, page in marks)
+        pages = [page for _, _, page in marks]
+        assert pages == sorted(pages), f"{name}: bookmarks out of the book's order"
+        top = [title for depth, title, _ in marks if depth == 0]
+        assert [t for t in top if t in captions] == captions, f"{name}: the parts' bookmarks are {top}"
+        answers = [t for depth, t, _ in marks if depth == 1 and t.startswith("Answers · ")]
+        assert (len(answers) > 0) == (name == "leader"), f"{name}: answers sections {answers}"
+        # One bookmark per heading (and per part, and per answers section), in the same order, and
+        # no formula of a heading lost: every piece of text between its formulas is in the title,
+        # and the title is longer than those pieces.
+        assert len(marks) == len(headings) + len(captions) + len(answers), (
+            f"{name}: {len(marks)} bookmarks for {len(headings)} headings and {len(captions)} parts"
+        )
+        own = [
+            title
+            for depth, title, _ in marks
+            if not (depth == 0 and title in captions) and not (depth == 1 and title in answers)
+        ]
+        for (text, pieces), title in zip(headings, own, strict=True):
+            if not pieces:
+                assert title == text, f"{name}: bookmark {title!r} for the heading {text!r}"
+                continue
+            assert all(p in title for p in pieces) and len(title) > len("".join(pieces)) + len(pieces) - 1, (
+                f"{name}: the formulas of {text!r} are missing from its bookmark {title!r}"
+            )
+
+
+#: A line of the contents (``pdftotext -layout``): text, then at least two spaces and a page number.
+_CONTENTS_LINE = re.compile(r"[A-Za-z].*\S\s{2,}(\d+)\s*$")
+#: The running footer: "Solvable Attention 0.2.0 · Participants' edition · 2 / 366".
+_FOOTER_LINE = re.compile(r"·\s*\d+\s*/\s*\d+\s*$")
+
+
+def test_pdf_contents_show_page_numbers(printed):
+    """The printed contents give every entry's page: the numbers at the ends of the contents'
+    lines are, in order, the pages of the bookmarks read back from the PDF."""
+    import pdf_book
+    import print_pdf
+
+    for name, edition in print_pdf.EDITIONS.items():
+        front = printed[name]["front_pages"]
+        assert front >= 2, f"{name}: no contents pages"
+        text = _pdf_text(edition["pdf"], "-layout", "-f", "2", "-l", str(front))
+        assert text.lstrip().startswith("Contents"), f"{name}: page 2 is not the contents"
+        numbers = [
+            int(match.group(1))
+            for line in text.splitlines()
+            if not _FOOTER_LINE.search(line)
+            for match in [_CONTENTS_LINE.search(line)]
+            if match
+        ]
+        expected = [page for _, _, page in pdf_book.outline(edition["pdf"])]
+        first = next(
+            (i for i, pair in enumerate(zip(numbers, expected, strict=False)) if pair[0] != pair[1]), None
+        )
+        assert numbers == expected, (
+            f"{name}: {len(numbers)} page numbers in the contents for {len(expected)} bookmarks; "
+            f"first difference at entry {first}"
+        )

@@ -1,5 +1,7 @@
 """Chapter 06's additions: per-token noise, the weighted oracle ridge and the ``icl_beyond`` experiment."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -88,7 +90,7 @@ def test_gated_long_keeps_the_omegas_that_rebuild_its_gated_models():
     omega = {(r["seed"], r["layer"]): r for r in res.rows if r["kind"] == "gate_omega"}
     assert gate.keys() == omega.keys() and len(omega) == res.config["gated_depth"] * res.config["n_seeds"]
     # Rebuilt from its rows, the gated model scores what the experiment measured (same prompts).
-    from attnlab.experiments.icl_beyond import _eval_data
+    from attnlab.experiments.in_context.beyond import _eval_data
     from attnlab.models import GatedLinearTransformer
 
     L, spec = res.config["gated_depth"], res.config["gated_noise"][0]
@@ -105,3 +107,23 @@ def test_gated_long_keeps_the_omegas_that_rebuild_its_gated_models():
         loss = 0.5 * ((m.predict(data["X"], data["y"][spec], data["x_query"]) - data["target"]) ** 2).mean()
     row = next(r for r in res.rows if r["kind"] == "model" and r["model"] == "gla" and r["seed"] == 0)
     assert float(loss) == pytest.approx(row["loss"], rel=1e-5)  # trained in float32
+
+
+def test_the_committed_bayes_floor_is_true_to_the_code():
+    """``icl_bayes_floor`` re-derived on its first block of 5,000 prompts with short chains: the
+    oracle's loss exactly (the same prompts), the floor within its Monte Carlo error (four
+    combined standard errors, plus the two runs' estimated biases, which short chains inflate)."""
+    committed = ex.load_result("icl_bayes_floor", "paper")
+    (again,) = ex.run("icl_bayes_floor", "book", cache=False).rows
+    first = committed.rows[0]
+    assert again["start"] == first["start"] == 0 and again["prompts"] == first["prompts"]
+    assert again["oracle_loss"] == pytest.approx(first["oracle_loss"], rel=1e-12)
+    tol = (
+        4 * math.hypot(again["bayes_mc_se"], first["bayes_mc_se"])
+        + again["bayes_mc_bias"]
+        + first["bayes_mc_bias"]
+    )
+    assert abs(again["bayes"] - first["bayes"]) <= tol
+    assert tol < 0.1 * first["bayes"]  # the check can fail: a tenth of the floor
+    floor = np.average([r["bayes"] for r in committed.rows], weights=[r["prompts"] for r in committed.rows])
+    assert floor == pytest.approx(0.2368, abs=5e-4)  # the chapter's number

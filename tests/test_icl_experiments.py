@@ -10,9 +10,24 @@ import pytest
 import torch
 
 from attnlab import experiments as ex
-from attnlab.experiments import icl
-from attnlab.experiments.icl import merge_parts, trained_model
+from attnlab.experiments import in_context as icl
+from attnlab.experiments.in_context import merge_parts, trained_model
+from attnlab.icl_training import train_plan
 from attnlab.tasks.icl_regression import sample_regression
+
+
+def _lr_of(value, param, L):
+    return float(icl.per_model(value, param, L))
+
+
+def _steps_of(value, param, L):
+    return int(icl.per_model(value, param, L))
+
+
+def _train_once(config, device, params, depths, noise, lr):
+    """Train the models ``params`` x ``depths`` of ``config`` on ``noise`` at ``lr`` (no re-runs)."""
+    recipe = icl.Recipe.from_config({**config, "params": params, "depths": depths, "noise": noise, "lr": lr})
+    return train_plan(recipe.plan, device=device)
 
 
 def test_baselines_experiment_rows_are_ordered_as_expected():
@@ -167,14 +182,14 @@ def test_cpu_scale_recipe_and_reruns():
     assert cpu["depths"] == {"diag": [1, 2, 3, 4, 5, 7], "gdpp": [1, 2, 3, 4, 5, 7], "full": [1, 3, 4, 7]}
     assert cpu["n_seeds"] == 5 and cpu["seed_start"] == 0
     assert cpu["max_grad_norm"] == 100.0 and cpu["patience"] == 20
-    assert icl._lr_of(cpu["lr"], "full", 7) == 3e-4 and icl._lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
+    assert _lr_of(cpu["lr"], "full", 7) == 3e-4 and _lr_of({"full": {"3": 0.1}}, "full", 3) == 0.1
     assert cpu["reruns"] == 1 and cpu["rerun_lr_factor"] == pytest.approx(1 / 3)
     longer = {("diag", 5), ("full", 3), ("full", 4)}
     for param, depths in cpu["depths"].items():
         for L in depths:
             # 7-layer FULL: eight times the steps with a cosine decay (icl_full7_schedule)
             steps = 48_000 if (param, L) == ("full", 7) else 24_000 if (param, L) in longer else 6000
-            assert icl._steps_of(cpu["steps"], param, L) == steps, (param, L)
+            assert _steps_of(cpu["steps"], param, L) == steps, (param, L)
             schedule = "cosine" if (param, L) == ("full", 7) else "warmup_stable_decay"
             assert icl.per_model(cpu["lr_schedule"], param, L) == schedule, (param, L)
     # the sweep's choice: three times the pilot's rate for DIAG 3L, 4L and GD++ 3L, 4L, 5L
@@ -182,8 +197,8 @@ def test_cpu_scale_recipe_and_reruns():
     base = ex.get("icl_table_6k").config("cpu")
     for param, depths in cpu["depths"].items():
         for L in depths:
-            want = (3 if (param, L) in moved else 1) * icl._lr_of(base["lr"], param, L)
-            assert icl._lr_of(cpu["lr"], param, L) == pytest.approx(want), (param, L)
+            want = (3 if (param, L) in moved else 1) * _lr_of(base["lr"], param, L)
+            assert _lr_of(cpu["lr"], param, L) == pytest.approx(want), (param, L)
     per_model = ("steps", "lr", "lr_schedule")
     assert base["steps"] == 6000 and base["lr_schedule"] == "warmup_stable_decay"
     assert {k: v for k, v in base.items() if k not in per_model} == {
@@ -220,13 +235,13 @@ def test_committed_cpu_result_records_its_recipe_and_wall_time():
     assert len(cells) == len(set(cells)) == sum(map(len, recipe["depths"].values())) * 10 * recipe["n_seeds"]
     for param, depths in recipe["depths"].items():
         for L in depths:
-            steps = icl._steps_of(res.config["steps"], param, L)
-            assert steps == icl._steps_of(recipe["steps"], param, L), (param, L)
+            steps = _steps_of(res.config["steps"], param, L)
+            assert steps == _steps_of(recipe["steps"], param, L), (param, L)
             schedule = icl.per_model(res.config["lr_schedule"], param, L)
             assert schedule == icl.per_model(recipe["lr_schedule"], param, L), (param, L)
-            assert icl._lr_of(res.config["lr"], param, L) == pytest.approx(icl._lr_of(recipe["lr"], param, L))
+            assert _lr_of(res.config["lr"], param, L) == pytest.approx(_lr_of(recipe["lr"], param, L))
             swept = res.meta["lr_sweep"]["rates"][param][str(L)]  # the sweep chose the recipe's rate
-            assert swept["chosen"] == pytest.approx(icl._lr_of(recipe["lr"], param, L)), (param, L)
+            assert swept["chosen"] == pytest.approx(_lr_of(recipe["lr"], param, L)), (param, L)
             assert len(swept["scores"]) == 3
     for row in table:
         assert {"adjusted", "adjusted_median", "adjusted_trimmed", "outliers", "lr"} <= set(row)
@@ -268,7 +283,7 @@ def test_full7_rates_differ_from_the_recipe_only_in_the_rate():
     cpu, recipe = exp.config("cpu"), ex.get("icl_table_6k").config("cpu")
     same = ("steps", "batch_size", "lr_schedule", "betas", "max_grad_norm", "patience", "n_eval", "eval_seed")
     assert all(cpu[k] == recipe[k] for k in same) and cpu["reruns"] == 0
-    assert cpu["depths"] == {"full": [7]} and icl._lr_of(recipe["lr"], "full", 7) == 3e-4
+    assert cpu["depths"] == {"full": [7]} and _lr_of(recipe["lr"], "full", 7) == 3e-4
     assert [c["lr"]["full"] for c in cpu["arms"].values()] == [3e-4, 5e-4, 1e-3]
     res = ex.run("icl_full7_rates", overrides={"n_eval": 200, "n_val": 100}, cache=False)
     assert [(r["arm"], r["lr"]) for r in res.rows] == [(a, c["lr"]["full"]) for a, c in cpu["arms"].items()]
@@ -359,13 +374,13 @@ def test_float64_experiments_change_only_the_dtype():
     assert {k for k in table if table[k] != t7[k]} == {"params", "depths", "dtype"}
     for dtype in ("float32", "float64"):  # the dtype reaches the trainer
         config = {**ex.get("icl_diag7_float64").config("book"), "dtype": dtype, "steps": 3}
-        res = icl._train_once(config, "cpu", ["diag"], {"diag": [2]}, ["uniform:3"], 1e-3)
+        res = _train_once(config, "cpu", ["diag"], {"diag": [2]}, ["uniform:3"], 1e-3)
         assert all(g.weights.dtype == getattr(torch, dtype) for g in res.groups.values())
     config["dtype"] = {"diag": {1: "float32", 2: "float64"}}  # a dtype per model
-    res = icl._train_once(config, "cpu", ["diag"], {"diag": [1, 2]}, ["uniform:3"], 1e-3)
+    res = _train_once(config, "cpu", ["diag"], {"diag": [1, 2]}, ["uniform:3"], 1e-3)
     assert {L: g.weights.dtype for (_, L), g in res.groups.items()} == {1: torch.float32, 2: torch.float64}
     with pytest.raises(ValueError, match="dtype must be one value"):
-        icl._train_once(config, "cpu", ["diag"], [1, 2], ["uniform:3"], 1e-3)
+        _train_once(config, "cpu", ["diag"], [1, 2], ["uniform:3"], 1e-3)
     res = ex.run("icl_diag7_float64", overrides={"n_eval": 200, "n_val": 100, "steps": 20}, cache=False)
     kinds = {(r["arm"], r["kind"]) for r in res.rows}
     assert kinds == {(a, k) for a in ("float32", "float64") for k in ("table", "curve")}
@@ -422,7 +437,7 @@ def test_splice_replaces_whole_models_and_checks_the_recipe(tmp_path):
     mixed = {**recipe, "dtype": {"diag": {1: "float32", 2: "float64"}}}
     path = icl.splice(base_run, [f64_run], tmp_path / "out_f64", scale="book", recipe=mixed)
     spliced = ex.load_result("icl_mixed_noise", "book", directory=path.parent).config
-    assert [icl._dtype_of(spliced, "diag", L) for L in (1, 2)] == ["float32", "float64"]
+    assert [icl.model_settings(spliced, "diag", L).dtype for L in (1, 2)] == ["float32", "float64"]
     old = ex.load_result("icl_mixed_noise", "book", directory=tmp_path / "base")
     del old.config["dtype"]
     ex.write_result(old, tmp_path / "old", command="base")
@@ -502,7 +517,7 @@ def test_reruns_train_with_the_steps_of_their_model():
     assert [r["step"] for r in curves if r["n_layers"] == 1] == [2, 4]
     assert [r["step"] for r in curves if r["n_layers"] == 2] == [2, 4, 6]
     with pytest.raises(ValueError, match="steps must be one value"):
-        icl._train_once({**ex.get("icl_mixed_noise").config("book"), "steps": {"diag": {1: 4, 2: 6}}},
+        _train_once({**ex.get("icl_mixed_noise").config("book"), "steps": {"diag": {1: 4, 2: 6}}},
                         "cpu", ["diag"], [1, 2], ["uniform:1"], 1e-3)  # fmt: skip
 
 
@@ -530,8 +545,8 @@ def test_lr_sweep_is_the_table_recipe_at_three_rates():
     assert list(cpu["arms"]) == ["lr/3", "lr", "3 lr"]
     for param, depths in table["depths"].items():
         for L in depths:
-            rate = icl._lr_of(pilot, param, L)
-            got = [icl._lr_of(arm["lr"], param, L) for arm in cpu["arms"].values()]
+            rate = _lr_of(pilot, param, L)
+            got = [_lr_of(arm["lr"], param, L) for arm in cpu["arms"].values()]
             assert got == pytest.approx([rate / 3, rate, 3 * rate], rel=2e-3), (param, L)
     res = ex.run("icl_lr_sweep", overrides={"n_eval": 200, "n_val": 100}, cache=False)
     assert [(r["arm"], r["param"], r["n_layers"]) for r in res.rows][:3] == [
@@ -674,7 +689,7 @@ def test_the_committed_cpu_table_is_its_runs_spliced(tmp_path):
     # the table's recorded commands are table_commands', and splicing the committed runs as
     # CPU_TABLE_RUNS says gives the committed table: its text exactly, its numbers to 1e-12 relative
     # (splicing recomputes the learning-rate sweep's scores, whose last digit depends on the CPU)
-    results = Path(icl.__file__).parents[1] / "results"
+    results = Path(icl.__file__).parents[2] / "results"
     committed = ex.load_result("icl_mixed_noise", "cpu")
     assert sum(icl.table_commands(), []) == committed.meta["commands"]
     runs = icl.CPU_TABLE_RUNS
@@ -731,7 +746,7 @@ def test_table_6k_again_is_icl_table_6k_with_only_the_models_the_table_keeps_and
 
 
 def test_table1_has_every_model_and_noise_distribution_of_the_paper():
-    from attnlab.experiments.icl_table1 import TABLE1, TABLE1_BASELINES, TABLE1_NOISE
+    from attnlab.experiments.in_context.table1 import TABLE1, TABLE1_BASELINES, TABLE1_NOISE
 
     assert len(TABLE1_NOISE) == 10 and TABLE1_NOISE == icl.TABLE1_NOISE
     assert all(len(v) == len(TABLE1_NOISE) for v in [*TABLE1.values(), *TABLE1_BASELINES.values()])
@@ -740,7 +755,7 @@ def test_table1_has_every_model_and_noise_distribution_of_the_paper():
 
 
 def test_the_target_is_15_percent_or_0002_below_001():
-    from attnlab.experiments.icl_table1 import within
+    from attnlab.experiments.in_context.table1 import within
 
     assert within([0.114, 0.116, 0.0029, 0.0031], [0.1, 0.1, 0.001, 0.001]).tolist() == [
         True,
@@ -754,7 +769,7 @@ def test_the_target_is_15_percent_or_0002_below_001():
 
 
 def test_cells_are_the_best_seeds_that_table1_has_scored_by_the_target():
-    from attnlab.experiments.icl_table1 import cells, label
+    from attnlab.experiments.in_context.table1 import cells, label
 
     res = ex.load_result("icl_mixed_noise", "cpu")
     df = cells(res)

@@ -6,15 +6,16 @@ import pytest
 import torch
 
 from attnlab import experiments as ex
-from attnlab.experiments import Result, icl_scoring, load_result
-from attnlab.experiments.icl_scoring import (
+from attnlab.experiments import Result, load_result
+from attnlab.experiments.in_context import scoring as icl_scoring
+from attnlab.experiments.in_context.scoring import (
     held_out_adjusted,
     mean_and_se,
     misses_by,
     pick_seed,
     prompts_to_drop,
 )
-from attnlab.experiments.icl_table1 import TABLE1, target_halfwidth, within
+from attnlab.experiments.in_context.table1 import TABLE1, target_halfwidth, within
 from attnlab.models import LinearTransformer
 
 

@@ -6,8 +6,8 @@ from math import comb
 import numpy as np
 import pytest
 
-from attnlab.pages import in_context_basins as nb
 from attnlab.experiments import load_result
+from attnlab.pages import in_context_basins as nb
 
 
 @cache

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from attnlab.pages import in_context_cells as nc
 from attnlab.experiments import load_result
+from attnlab.pages import in_context_cells as nc
 
 
 def plain(glue):

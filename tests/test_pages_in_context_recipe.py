@@ -4,8 +4,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from attnlab.pages import in_context_recipe as recipe
 from attnlab.experiments import load_result, run
+from attnlab.pages import in_context_recipe as recipe
 
 
 @pytest.fixture(scope="module")

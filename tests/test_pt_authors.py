@@ -54,13 +54,13 @@ def test_authors_rule_jumps_at_theta_zero():
 
 
 def test_solve_authors_holds_the_branch_and_gives_their_metastable_values():
-    # Issue 36: their notebook run as they ran it (nested 12-point degree-7 rule, prox by BFGS
-    # from 0, damping 0.8, stop at 1e-4) with the branch held gives theta/sigma^2 = 0.3826 at
-    # omega = 0.5, alpha = 1.1875 (their stored theory 0.394) and m = 0.2272 at omega = 0.15,
-    # alpha = 1.79 (standard A). Without the branch held, the semantic start drifts to the
-    # positional side (m = -0.28, theta/sigma^2 = 0.0002). The tolerances leave room for the
-    # stopping rule (a damping of 0.7 to 0.9 moves both values by less than 6e-5) and are 40x
-    # smaller than the gap to their stored 0.394.
+    # Their procedure (nested 12-point degree-7 rule, prox from 0, damping 0.8, stop at 1e-4)
+    # with the branch held gives theta/sigma^2 = 0.3826 at omega = 0.5, alpha = 1.1875 (their
+    # stored theory 0.394) and m = 0.2272 at omega = 0.15, alpha = 1.79 (standard A). Their own
+    # BFGS prox, unheld, gives 0.3825 with m < 1e-9 (committed in pt_authors_rules, 30 s); our
+    # Newton prox unheld drifts (test_the_newton_prox_makes_m_zero_repel_where_bfgs_keeps_it).
+    # The tolerances leave room for the stopping rule (a damping of 0.7 to 0.9 moves both values
+    # by less than 6e-5) and are 40x smaller than the gap to their stored 0.394.
     sem = se.solve_authors(1.1875, 0.5, "semantic")
     assert sem.converged and sem.m == 0.0
     assert sem.theta_over_sigma2 == pytest.approx(0.3826, abs=3e-4)
@@ -95,3 +95,57 @@ def test_solve_authors_on_gauss_hermite_rules_moves_with_the_order():
     assert se.solve_authors(1.19, 0.5, "semantic").theta_over_sigma2 == pytest.approx(0.3836, abs=3e-4)
     with pytest.raises(ValueError, match="n_nodes"):
         se.solve_authors(1.19, 0.5, "semantic", n_nodes=1)
+
+
+def test_the_newton_prox_makes_m_zero_repel_where_bfgs_keeps_it():
+    # Why solve_authors holds the branch: at their held semantic fixed point (omega = 0.5,
+    # alpha = 1.1875) one step of their map, unheld, from a small m. With BFGS from 0 (theirs) m
+    # halves: m = 0 attracts, and their procedure stays on the semantic branch by itself. With our
+    # Newton prox from 0 it nearly doubles: m = 0 repels, and the unheld iteration drifts to the
+    # positional side (m = -0.28, theta ~ 0).
+    from attnlab.theory.phase_transition.authors import _AuthorsProblem
+
+    fp = se.solve_authors(1.1875, 0.5, "semantic")
+    m = 1e-6
+    ratio = {}
+    for prox in ("newton", "bfgs"):
+        prob = _AuthorsProblem(1.1875, 0.5, 0.5, 0.01, se.DEFAULT_A, None, None, prox)
+        ratio[prox] = prob.overlaps(*prob.hats(fp.q, m, fp.V, fp.theta))[1] / m
+    assert ratio["bfgs"] == pytest.approx(0.49, abs=0.05)
+    assert ratio["newton"] == pytest.approx(1.84, abs=0.05)
+    drift = se.solve_authors(1.1875, 0.5, "semantic", hold=False)
+    assert drift.converged and drift.m < -0.2 and abs(drift.theta_over_sigma2) < 0.01
+
+
+def test_solve_authors_rejects_a_bad_prox_or_hold():
+    with pytest.raises(ValueError, match="prox"):
+        se.solve_authors(1.0, 0.3, "semantic", prox="lbfgs")
+    with pytest.raises(ValueError, match="hold"):
+        se.solve_authors(1.0, 0.3, "semantic", hold="yes")
+
+
+def test_the_committed_authors_rules_are_todays_code():
+    # pt_authors_rules (committed, paper scale): re-derive its cheap rows with today's code: the
+    # hold rows with the Newton prox, a rule row, and the first Monte-Carlo step of the converged
+    # semantic point (one seed of 10^6 samples, the global prox)
+    from attnlab.experiments import load_result
+
+    res = load_result("pt_authors_rules", "paper")
+    rows = res.rows
+    for r in (r for r in rows if r["kind"] == "hold" and r["prox"] == "newton"):
+        fp = se.solve_authors(r["alpha"], r["omega"], "semantic", hold=r["hold"] in (True, "True"))
+        assert fp.theta_over_sigma2 == pytest.approx(r["value"], abs=1e-9)
+        assert fp.m == pytest.approx(r["m"], abs=1e-9)
+    bfgs = next(r for r in rows if r["kind"] == "hold" and r["prox"] == "bfgs")
+    assert abs(bfgs["m"]) < 1e-6 and bfgs["value"] == pytest.approx(0.3825, abs=3e-4)
+    rule = next(r for r in rows if r["kind"] == "rule" and r["n_nodes"] == 4)
+    fp = se.solve_authors(rule["alpha"], rule["omega"], "semantic", n_nodes=4)
+    assert fp.theta_over_sigma2 == pytest.approx(rule["value"], abs=1e-9)
+    mc = next(r for r in rows if r["kind"] == "monte carlo" and r["start"] == "ours" and r["seed"] == 0
+              and r["branch"] == "semantic")  # fmt: skip
+    cfg = res.config
+    fp = se.solve(mc["alpha"], mc["omega"], "semantic", n_nodes=cfg["n_nodes"])
+    assert fp.theta_over_sigma2 == pytest.approx(mc["value_start"], abs=1e-7)
+    args = (mc["alpha"], mc["omega"], fp.q, fp.m, fp.V, fp.theta)
+    new = se.hat_variables(*args, monte_carlo=cfg["mc_samples"], seed=0)
+    assert new["theta"] / 0.25 == pytest.approx(mc["value"], abs=1e-7)

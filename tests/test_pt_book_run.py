@@ -6,12 +6,13 @@ from attnlab import experiments as ex
 from attnlab.experiments.phase_transition import book_run, engine
 
 
-def test_without_overrides_it_is_the_committed_result_with_its_command(capsys):
+def test_without_overrides_it_is_the_committed_result_and_prints_nothing(capsys):
     result = book_run("pt_untied")
     committed = ex.load_result("pt_untied", "book")
     assert result.rows == committed.rows
     assert result.config == ex.get("pt_untied").config("book")
-    assert capsys.readouterr().out.strip() == committed.meta["command"]
+    assert result.meta["command"] == committed.meta["command"]
+    assert capsys.readouterr().out == ""  # a page prints no shell command
 
 
 def test_a_stale_committed_result_raises(monkeypatch):
@@ -38,3 +39,17 @@ def test_overrides_run_anew_with_them(tmp_path, monkeypatch, capsys):
 def test_a_name_that_is_not_a_part_ii_experiment_raises(name):
     with pytest.raises(ValueError, match="name must be a registered Part II experiment"):
         book_run(name)
+
+
+def test_the_committed_book_scale_gd_run_is_todays_code():
+    # chapter 03 loads pt_gd at book scale (d = 400, about 7 s of CPU) instead of running it:
+    # run it again here and compare every row
+    result = ex.run("pt_gd", "book", cache=False)
+    committed = book_run("pt_gd")
+    assert len(result.rows) == len(committed.rows)
+    key = ("alpha", "seed_index", "init")
+    stored = {tuple(r[k] for k in key): r for r in committed.rows}
+    for row in result.rows:
+        old = stored[tuple(row[k] for k in key)]
+        for col in ("eps_g", "eps_t", "m", "theta_over_sigma2"):
+            assert row[col] == pytest.approx(old[col], rel=1e-6, abs=1e-12), (row, col)

@@ -74,6 +74,36 @@ def test_hat_variables_quadrature_vs_monte_carlo():
         se.hat_variables(2.0, 0.3, 0.11, 0.0, 12.7, 0.1, monte_carlo=5)
 
 
+def _direct_hats(alpha, omega, q, m, V, theta, n, seed, sigma=0.5):
+    """eq-pt-se-hats by Monte Carlo, written out: the draws of hat_variables, the public prox."""
+    from attnlab.validation import make_rng
+
+    xi, eta = make_rng(seed).standard_normal((2, 2, n))  # [2 tokens, n] each, as hat_variables draws
+    rho, sq = sigma**2, np.sqrt(q)
+    s_star = np.sqrt(rho - theta**2 / q)
+    u = np.stack([sq * xi[0] + m, sq * xi[1] - m], axis=1)  # [n, 2]
+    hs = np.stack([theta / sq * xi[0] + s_star * eta[0], theta / sq * xi[1] + s_star * eta[1]], axis=1)
+    # the global prox: from u, 0 and the mirror image -u (given as an extra start, so that this
+    # reference does not depend on which starts se.prox takes by default)
+    g = (se.prox(u, hs, V, omega, start=-u)[0] - u) / V
+    theta_hat = alpha * np.mean(g[:, 0] * eta[0] + g[:, 1] * eta[1]) / s_star
+    V_hat = -alpha * np.mean(g[:, 0] * xi[0] + g[:, 1] * xi[1]) / sq + theta * theta_hat / q
+    return {"q_hat": alpha * np.mean((g**2).sum(1)), "m_hat": alpha * np.mean(g[:, 0] - g[:, 1]),
+            "V_hat": V_hat, "theta_hat": theta_hat}  # fmt: skip
+
+
+def test_monte_carlo_step_uses_the_solvers_global_prox():
+    # At the semantic fixed point of omega = 0.5, alpha = 1.19 (20 nodes) the prox's mirror valley
+    # near -u is the lower one at many samples; a Monte-Carlo step whose prox starts only from u
+    # and 0 misses it there and moves the fixed point by 4 standard errors (chapter 03). The step
+    # must be the direct average over the global prox, sample by sample.
+    q, V, theta = 0.0714930703, 28.6114732195, 0.25 * 0.1892769150
+    mc = se.hat_variables(1.19, 0.5, q, 0.0, V, theta, monte_carlo=20_000, seed=3)
+    ref = _direct_hats(1.19, 0.5, q, 0.0, V, theta, 20_000, 3)
+    for k, v in ref.items():
+        assert mc[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+
+
 def test_theta_zero_is_stable_at_small_alpha():
     # Below alpha ~ 0.6 (omega = 0.3) the semantic branch collapses to theta = 0: the map
     # theta -> G_theta contracts near theta = 0. At the authors' stored point for alpha = 0.345
@@ -116,3 +146,19 @@ def test_one_plain_step_of_solve_moves_by_one_minus_the_damping(both_at_2, branc
     want = x0 + (1 - damping) * (gx - x0)
     assert np.max(np.abs((1 - damping) * (gx - x0)) / (np.abs(x0) + 0.05)) < 0.2  # not clamped
     np.testing.assert_allclose(x1, want, rtol=1e-9, atol=1e-12)
+
+
+def test_verify_min_damping_right_and_wrong_answers():
+    # mu = -5.5: (1 - g)(-5.5) + g > -1  <=>  g > 4.5 / 6.5
+    assert se.verify_min_damping(4.5 / 6.5, -5.5).startswith("Correct")
+    with pytest.raises(ValueError, match="smallest damping"):
+        se.verify_min_damping(0.5, -5.5)
+    assert se.verify_min_damping(None, 1.4).startswith("Correct")  # no damping converges
+    with pytest.raises(ValueError, match="mu >= 1"):
+        se.verify_min_damping(0.9, 1.4)
+    assert se.verify_min_damping(0.0, 0.5).startswith("Correct")
+    with pytest.raises(ValueError, match="close enough to 1"):
+        se.verify_min_damping(None, 0.5)
+    # the criterion itself: just above the answer the damped step contracts, just below it does not
+    g = 4.5 / 6.5
+    assert abs((1 - (g + 1e-3)) * -5.5 + g + 1e-3) < 1 < abs((1 - (g - 1e-3)) * -5.5 + g - 1e-3)

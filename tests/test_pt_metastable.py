@@ -33,4 +33,5 @@ def test_the_metastable_experiments_run_at_tiny_size():
                 cache=False)  # fmt: skip
     kinds = [r["kind"] for r in rules.rows]
     assert kinds.count("rule") == 1 and kinds.count("nodes") == 1 and kinds.count("monte carlo") == 4
+    assert kinds.count("hold") == 2
     assert all(np.isfinite(r["value"]) for r in rules.rows)

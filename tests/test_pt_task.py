@@ -133,3 +133,18 @@ def test_error_from_overlaps_matches_monte_carlo():
     rho = 0.25 * float(teacher.Q_star.square().mean())
     theory = float(ps.error_from_overlaps(ov["m"], ov["theta"], ov["q"], 0.3, rho=rho))
     assert abs(mc - theory) / theory < 0.04
+
+
+def test_verify_encoding_term_right_and_wrong_answers():
+    # Monte Carlo of E sum_l (S_l1 - S_l2)^2 / (2d) at the scores h_l = s_l m + sqrt(q) xi_l
+    m, q, d = 0.26, 0.05, 100
+    rng = np.random.default_rng(0)
+    h = np.array([m, -m]) + np.sqrt(q) * rng.standard_normal((400_000, 2))
+    logits = h[:, :, None] * h[:, None, :]
+    S = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    mc = float(((S[:, :, 0] - S[:, :, 1]) ** 2).sum(1).mean()) / (2 * d)
+    assert ps.verify_encoding_term(mc, m=m, q=q, d=d).startswith("Correct")
+    with pytest.raises(ValueError, match="divide by 2d"):
+        ps.verify_encoding_term(mc * 2 * d, m=m, q=q, d=d)
+    with pytest.raises(ValueError, match="not the encodings"):
+        ps.verify_encoding_term(mc * 1.5, m=m, q=q, d=d)

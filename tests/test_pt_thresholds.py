@@ -117,3 +117,15 @@ def test_guided_root_polishes_the_coarse_root_in_few_fine_evaluations():
     calls.clear()
     assert spurious(0.1) > 0 > spurious(0.105) or spurious(0.1) < 0 < spurious(0.105)
     assert abs(_guided_root(fine, spurious, 0.1, 3.0, 4, 1e-4) - 1.2345) <= 1e-4
+
+
+def test_verify_alpha_c_accepts_the_root_and_rejects_answers_on_either_side():
+    # the root at 8 nodes is 1.245 (omega = 0.3)
+    right = se.alpha_c(0.3, n_nodes=8, xtol=1e-3, bracket=(1.0, 1.5))
+    assert se.verify_alpha_c(right, 0.3).startswith("Correct")
+    with pytest.raises(ValueError, match="too small"):
+        se.verify_alpha_c(right - 0.05, 0.3)
+    with pytest.raises(ValueError, match="too large"):
+        se.verify_alpha_c(right + 0.05, 0.3)
+    with pytest.raises(ValueError, match="answer"):
+        se.verify_alpha_c(-1.0, 0.3)

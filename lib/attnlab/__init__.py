@@ -4,4 +4,4 @@ Attention variants, tasks, trainers and theory solvers for three solvable models
 Each chapter of the book imports what it needs from here.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -23,6 +23,10 @@ that differ only in the variance estimate ``σ̂²`` (chapter 04, eq. ``eq-ridge
 ``w`` when σ itself is unknown and drawn from a prior (a discrete grid, or a continuous uniform
 prior discretised by :func:`uniform_sigma_grid`). It mixes the ridge solutions for every σ on the
 grid with the posterior weights of σ (computed with a log-sum-exp).
+
+With one noise level per *token* (chapter 06), :func:`em_reweighted_ridge` fits the posterior mode
+of ``w`` by EM, and :func:`bayes_per_token` (from :mod:`attnlab.token_noise`) is the Bayes
+posterior mean, the floor no predictor beats on average.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from attnlab.spectral import Spectral, _as_torch, _out, _per_sequence, _problem, _ridge_t, _stats
+from attnlab.spectral import Spectral, _as_torch, _check_grid, _out, _per_sequence, _problem, _ridge_t, _stats
+from attnlab.token_noise import bayes_per_token
 from attnlab.validation import (
     check_finite,
     check_int,
     check_positive,
-    check_probabilities,
     check_real,
     check_shape,
 )
@@ -50,6 +54,7 @@ __all__ = [
     "ada_ridge",
     "adjusted_loss",
     "bayes_optimal",
+    "bayes_per_token",
     "em_reweighted_ridge",
     "half_mse",
     "implied_ridge",
@@ -295,17 +300,6 @@ def uniform_sigma_grid(sigma_max: float, n_nodes: int = 64) -> tuple[np.ndarray,
     return sigma_max * (t + 1) / 2, w / w.sum()
 
 
-def _check_grid(sigmas, probs):
-    s = np.asarray(sigmas.detach().cpu() if isinstance(sigmas, torch.Tensor) else sigmas, dtype=float)
-    if s.ndim != 1 or s.size == 0:
-        raise ValueError(f"sigmas must be a non-empty 1-D array, got shape {list(s.shape)}")
-    if not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError("sigmas must be finite and strictly positive (use ols/ridge for σ = 0)")
-    p = probs.detach().cpu().numpy() if isinstance(probs, torch.Tensor) else probs
-    p = check_probabilities("probs", p, size=s.size)
-    return torch.from_numpy(s), torch.from_numpy(p)
-
-
 def sigma_posterior(X, y, sigmas, probs):
     """Posterior probabilities of every σ on the grid given each sequence: [B, G].
 
@@ -382,10 +376,10 @@ def em_reweighted_ridge(X, y, x_query, sigmas, probs, *, n_iter: int = 50, retur
     - M-step: the weighted ridge ``w = (XᵀWX + I)⁻¹XᵀWy``, ``W = diag(Σ_k r_jk / σ_k²)``;
     - E-step: ``r_jk ∝ p_k N(y_j − x_jᵀw; 0, σ_k²)`` (normalised with a log-sum-exp),
 
-    ``n_iter`` times; no step lowers the objective. It is not the Bayes-optimal predictor (which
-    averages over the ``K^n`` assignments of levels) but uses the tokens one by one, which no
-    function of the Gram matrix can. Returns the prediction ``x_tᵀw`` ``[B]``, and ``w [B, d]``
-    with ``return_w=True``.
+    ``n_iter`` times; no step lowers the objective. It is not the Bayes-optimal predictor
+    (:func:`bayes_per_token`, which averages over the ``K^n`` assignments of levels) but uses the
+    tokens one by one, which no function of the Gram matrix can. Returns the prediction ``x_tᵀw``
+    ``[B]``, and ``w [B, d]`` with ``return_w=True``.
     """
     Xt, yt, qt, like = _problem(X, y, x_query)
     s, p = _check_grid(sigmas, probs)

@@ -19,6 +19,12 @@ depth) sees the same stream.
 Optimizer: Adam (no weight decay) as in the paper, ``lr = 1e-4``, batch 2048; von Oswald et
 al.'s initialisation ``N(0, (0.002/L)²)`` and ``β₂ = 0.98``. A cosine decay of the learning rate
 is available for the reduced CPU runs.
+
+A run of Part III's table is decided before it starts (:mod:`attnlab.experiments.in_context.recipe`)
+and handed to :func:`train_plan` as data: a :class:`TrainingPlan` (the :func:`train_icl` calls,
+each with its models' learning rate, steps, schedule and dtype), a :class:`RetryRule` (which
+models count as failed and how they are trained again) and a :class:`PromptSet` of validation
+prompts with the oracle's loss on each. The trainer never calls back into the experiment.
 """
 
 from __future__ import annotations
@@ -52,13 +58,18 @@ _INIT_SEED_OFFSET = {"full": 0, "diag": 1, "gdpp": 3}
 
 __all__ = [
     "PARAMS",
+    "PromptSet",
+    "RetryRule",
     "TrainedGroup",
     "TrainedICL",
+    "TrainingPlan",
+    "TrainingRun",
     "diagonal_mass",
     "evaluate",
     "fast_half_mse_loss",
     "num_threads_scope",
     "train_icl",
+    "train_plan",
 ]
 
 
@@ -94,6 +105,8 @@ class TrainedICL:
     steps: np.ndarray
     groups: dict[tuple[str, int], TrainedGroup] = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    lr_used: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)  # [S, R] each (train_plan)
+    reruns: list[dict] = field(default_factory=list)  # the re-runs of train_plan's retry rule
 
     def group(self, param: str, n_layers: int) -> TrainedGroup:
         if (param, n_layers) not in self.groups:
@@ -308,3 +321,171 @@ def diagonal_mass(P: torch.Tensor) -> torch.Tensor:
     d = P.shape[-1] - 1
     tr = P[..., :d, :d].diagonal(dim1=-2, dim2=-1).sum(-1)
     return (tr**2 / d + P[..., d, d] ** 2) / (P**2).sum((-2, -1))
+
+
+# ------------------------------------------------------------------------------------------------
+# A planned run: the trainer's calls, the re-run rule and the validation prompts, decided upfront.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One :func:`train_icl` call: ``params`` × ``depths`` with one learning rate (a number, or
+    ``{param: lr}``), number of steps, schedule and dtype."""
+
+    params: tuple[str, ...]
+    depths: tuple[int, ...]
+    lr: float | dict
+    steps: int
+    lr_schedule: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Every model of a run: its :class:`TrainingRun` calls, in order, on ``noise`` × ``seeds``,
+    with the keyword arguments of :func:`train_icl` they share (``d``, ``n``, ``batch_size``, ...)."""
+
+    runs: tuple[TrainingRun, ...]
+    noise: tuple[str, ...]
+    seeds: tuple[int, ...]
+    shared: dict = field(default_factory=dict)
+
+    def lr_of(self, param: str, n_layers: int) -> float:
+        """The learning rate the plan gives ``(param, n_layers)``."""
+        for run in self.runs:
+            if param in run.params and n_layers in run.depths:
+                return float(run.lr[param] if isinstance(run.lr, dict) else run.lr)
+        raise ValueError(f"param/n_layers ({param!r}, {n_layers}) is not in the plan")
+
+    def rerun(self, param: str, n_layers: int, noise: Sequence[str], lr: float) -> TrainingPlan:
+        """The plan that trains ``(param, n_layers)`` again on ``noise`` at ``lr``, with its own
+        steps, schedule and dtype."""
+        run = next(r for r in self.runs if param in r.params and n_layers in r.depths)
+        again = TrainingRun((param,), (n_layers,), float(lr), run.steps, run.lr_schedule, run.dtype)
+        return TrainingPlan((again,), tuple(noise), self.seeds, self.shared)
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """Which trained models failed, and how they are trained again (:func:`train_plan`).
+
+    A model failed if it diverged, if its validation loss is not finite, or if it exceeds
+    ``fail_ratio`` times that of the best shallower model of the same parameterization and noise
+    (a deeper model contains the shallower ones: a layer with ``P = 0`` is the identity). Up to
+    ``reruns`` times, every failed model is trained again from its initialisation at
+    ``lr_factor`` times the learning rate of its last run, and the new model replaces it if its
+    validation loss is lower.
+    """
+
+    reruns: int = 0
+    lr_factor: float = 1 / 3
+    fail_ratio: float = 1.1
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Prompts of several noise settings that share their inputs (common random numbers), with the
+    oracle's per-prompt loss: ``X [B, n, d]``, ``x_query``, ``target [B]``, and per setting
+    (a noise string, or a fixed σ) the labels ``y[key] [B, n]`` and ``oracle_sq[key] [B]``."""
+
+    X: torch.Tensor
+    x_query: torch.Tensor
+    target: torch.Tensor
+    y: dict
+    oracle_sq: dict
+    chunk: int = 20_000
+
+    def adjusted(self, model: LinearTransformer, key) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-prompt adjusted losses ``[*models, B]`` of ``model`` on setting ``key`` (its ½
+        squared error minus the oracle's), and the ½ squared errors themselves."""
+        pred = evaluate(model, self.X, self.y[key], self.x_query, chunk=self.chunk)
+        sq = 0.5 * (pred - self.target) ** 2
+        return sq - self.oracle_sq[key], sq
+
+    def validation_losses(self, res: TrainedICL) -> dict:
+        """``{(param, L): [S, R]}`` mean adjusted losses of ``res``'s models (inf if diverged)."""
+        val = {}
+        for si, spec in enumerate(res.noise):
+            for key, grp in res.groups.items():
+                adj = self.adjusted(grp.models(si), spec)[0].mean(-1).numpy()
+                val.setdefault(key, np.full(grp.diverged.shape, np.inf))[si] = np.where(
+                    grp.diverged[si] | ~np.isfinite(adj), np.inf, adj
+                )
+        return val
+
+
+def _failed(res: TrainedICL, val: dict, fail_ratio: float) -> dict:
+    """``{(param, L): [S, R] bool}``: the models of ``res`` that :class:`RetryRule` calls failed."""
+    failed = {}
+    for (param, L), grp in res.groups.items():
+        shallower = [v for (p, Lp), v in val.items() if p == param and Lp < L]
+        bound = fail_ratio * np.min(shallower, axis=0) if shallower else np.inf
+        failed[(param, L)] = grp.diverged | ~np.isfinite(val[(param, L)]) | (val[(param, L)] > bound)
+    return failed
+
+
+def _train_runs(plan: TrainingPlan, device) -> TrainedICL:
+    """Train every :class:`TrainingRun` of ``plan`` and join their groups into one result."""
+    merged = None
+    for run in plan.runs:
+        res = train_icl(
+            run.params, run.depths, plan.noise, plan.seeds, lr=run.lr, steps=run.steps,
+            lr_schedule=run.lr_schedule, dtype=run.dtype, device=device, **plan.shared,
+        )  # fmt: skip
+        if merged is None:
+            merged = res
+        else:
+            merged.groups.update(res.groups)
+    return merged
+
+
+def train_plan(
+    plan: TrainingPlan, retry: RetryRule = RetryRule(), validation: PromptSet | None = None, device="cpu"
+) -> TrainedICL:
+    """Train ``plan``'s models, then apply ``retry`` on the ``validation`` prompts.
+
+    Returns the trained models with ``lr_used`` (the learning rate of every kept model,
+    ``{(param, L): [S, R]}``) and ``reruns`` (one record per model trained again: its attempt,
+    rate, validation loss before and after, and whether the new model was kept).
+    """
+    if not isinstance(plan, TrainingPlan) or not plan.runs:
+        raise ValueError("plan must be a TrainingPlan with at least one run")
+    if not isinstance(retry, RetryRule):
+        raise ValueError(f"retry must be a RetryRule, got {type(retry).__name__}")
+    if retry.reruns and not isinstance(validation, PromptSet):
+        raise ValueError("validation must be a PromptSet when retry.reruns > 0")
+    res = _train_runs(plan, device)
+    last_lr = {key: np.full(g.diverged.shape, plan.lr_of(*key)) for key, g in res.groups.items()}
+    res.lr_used = {key: v.copy() for key, v in last_lr.items()}
+    for attempt in range(1, retry.reruns + 1):
+        val = validation.validation_losses(res)
+        for (param, L), bad in _failed(res, val, retry.fail_ratio).items():
+            grp = res.groups[(param, L)]
+            for lr_new in sorted({float(v) * retry.lr_factor for v in last_lr[(param, L)][bad]}):
+                idx = [
+                    si
+                    for si in range(len(res.noise))
+                    if np.any(bad[si] & np.isclose(last_lr[(param, L)][si] * retry.lr_factor, lr_new))
+                ]
+                sub = _train_runs(plan.rerun(param, L, [res.noise[si] for si in idx], lr_new), device)
+                new, sub_val = sub.groups[(param, L)], validation.validation_losses(sub)[(param, L)]
+                for j, si in enumerate(idx):
+                    for r in np.flatnonzero(bad[si]):
+                        kept = bool(sub_val[j, r] < val[(param, L)][si, r])
+                        res.reruns.append(
+                            {"param": param, "n_layers": L, "noise": res.noise[si], "seed": int(r),
+                             "attempt": attempt, "lr": lr_new, "diverged_before": bool(grp.diverged[si, r]),
+                             "val_before": float(val[(param, L)][si, r]), "val_after": float(sub_val[j, r]),
+                             "diverged_after": bool(new.diverged[j, r]), "kept": kept}
+                        )  # fmt: skip
+                        last_lr[(param, L)][si, r] = lr_new
+                        if kept:
+                            for old_p, new_p in zip(
+                                grp.model.parameters(), new.model.parameters(), strict=True
+                            ):
+                                old_p.data[si, r] = new_p.data[j, r]
+                            grp.loss[si, r], grp.diverged[si, r] = new.loss[j, r], new.diverged[j, r]
+                            grp.skipped[si, r] = new.skipped[j, r]
+                            res.lr_used[(param, L)][si, r] = lr_new
+    return res

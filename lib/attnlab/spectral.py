@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnlab.validation import check_finite, check_real, check_shape
+from attnlab.validation import check_finite, check_probabilities, check_real, check_shape
 
 # ------------------------------------------------------------------------------------------------
 # Input handling: numpy or torch in, the same kind out, float64 inside.
@@ -67,6 +67,18 @@ def _per_sequence(name: str, value, B: int) -> torch.Tensor:
             return t
     value = check_real(name, value, minimum=0.0)
     return torch.full((B,), value, dtype=torch.float64)
+
+
+def _check_grid(sigmas, probs):
+    """A discrete prior: levels ``sigmas`` (stds > 0) and ``probs`` (summing to one), float64 [K]."""
+    s = np.asarray(sigmas.detach().cpu() if isinstance(sigmas, torch.Tensor) else sigmas, dtype=float)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"sigmas must be a non-empty 1-D array, got shape {list(s.shape)}")
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("sigmas must be finite and strictly positive (use ols/ridge for σ = 0)")
+    p = probs.detach().cpu().numpy() if isinstance(probs, torch.Tensor) else probs
+    p = check_probabilities("probs", p, size=s.size)
+    return torch.from_numpy(s), torch.from_numpy(p)
 
 
 def _stats(X: torch.Tensor, y: torch.Tensor):

@@ -39,6 +39,9 @@ SOURCE = Path(__file__).with_name("gram_kernel.c")
 CFLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-std=c11", "-fPIC", "-shared")
 _LANES = {torch.float32: 8, torch.float64: 4}  # one 256-bit vector register
 _REAL = {torch.float32: "float", torch.float64: "double"}
+#: What the torch fallback costs (7-layer FULL and DIAG, batch 2048, one thread, 20 steps, the best
+#: of three runs of each interleaved: 3.4x and 3.9x on the development machine).
+FALLBACK_COST = "Part III's training runs about 3 to 4 times slower on the torch code"
 
 
 @functools.cache
@@ -49,6 +52,7 @@ def _library(dtype: torch.dtype, Dp: int):
     defines = (f"-DREAL={_REAL[dtype]}", f"-DDP={Dp}", f"-DW={_LANES[dtype]}")
     lib = ccompile.load(SOURCE, "gram_kernel", CFLAGS, defines)
     if lib is None:
+        ccompile.warn_fallback("gram_kernel", FALLBACK_COST)
         return None
     p, i, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_ssize_t
     lib.gram_forward.argtypes = [i, i, i, i, n, p, p, n, p, p, p, p]

@@ -7,7 +7,7 @@ divergence (``icl_diag7_rate``, ``icl_diag7_schedule``, ``icl_diag7_float64``,
 ``icl_table_diag7_float64``) show one table per investigation. Each function here builds one
 from committed results only (:func:`attnlab.experiments.load_result`); nothing is trained.
 Rows are indexed by a model (``'DIAG 3L'``) or a cell (``'DIAG 3L, U(0, 3)'``), ratios are
-against Table 1 (:data:`~attnlab.experiments.icl_table1.TABLE1`).
+against Table 1 (:data:`~attnlab.experiments.in_context.table1.TABLE1`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from math import comb
 import numpy as np
 import pandas as pd
 
-from attnlab.experiments.icl_core import per_model
-from attnlab.experiments.icl_recipe import lr_choice
-from attnlab.experiments.icl_table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
+from attnlab.experiments.in_context.lr_sweep import lr_choice
+from attnlab.experiments.in_context.recipe import per_model
+from attnlab.experiments.in_context.table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
 
 
 def _check(result, name: str, arg: str):

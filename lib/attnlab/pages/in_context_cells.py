@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from attnlab.experiments import load_result
-from attnlab.experiments.icl_core import per_model
-from attnlab.experiments.icl_recipe import lr_choice
-from attnlab.experiments.icl_table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
+from attnlab.experiments.in_context.lr_sweep import lr_choice
+from attnlab.experiments.in_context.recipe import per_model
+from attnlab.experiments.in_context.table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
 
 KEY, LOSSES = ["param", "n_layers", "noise", "seed"], ["adjusted", "adjusted_trimmed"]
 AGAIN = {  # the runs that kept the table's weights: the run its rows come from

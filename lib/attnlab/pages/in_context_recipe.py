@@ -13,7 +13,7 @@ from committed results only (nothing is trained or evaluated here):
 - :func:`seed_choice`, :func:`closeness` and :func:`seed_spread`: the seed picked on
   validation, DIAG at CPU scale against the reduced run, and how much the seed matters.
 
-The target is :func:`~attnlab.experiments.icl_table1.within` (15% of Table 1, or 0.002).
+The target is :func:`~attnlab.experiments.in_context.table1.within` (15% of Table 1, or 0.002).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from attnlab.experiments import load_result
-from attnlab.experiments.icl_core import per_model
-from attnlab.experiments.icl_reproduce import CPU_TABLE_RUNS
-from attnlab.experiments.icl_table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
+from attnlab.experiments.in_context.recipe import per_model
+from attnlab.experiments.in_context.reproduce import CPU_TABLE_RUNS
+from attnlab.experiments.in_context.table1 import NAMES, TABLE1, TABLE1_NOISE, cells, label, within
 from attnlab.plotting import OKABE_ITO
 
 _KEY = ["param", "L", "noise"]

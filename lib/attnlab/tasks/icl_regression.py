@@ -52,8 +52,10 @@ __all__ = [
     "build_tokens",
     "gram_inputs",
     "half_mse_loss",
+    "SharedPrompts",
     "sample_conditioned_regression",
     "sample_regression",
+    "shared_prompts",
 ]
 
 
@@ -216,6 +218,45 @@ def sample_regression(
     y = (X @ w[..., None])[..., 0] + (sigma if per_token else sigma[..., None]) * xi
     target = (x_query * w).sum(-1)
     return RegressionBatch(*(t.to(device) for t in (X, y, x_query, target, sigma, w)))
+
+
+@dataclass(frozen=True)
+class SharedPrompts:
+    """Prompts that every noise distribution shares (common random numbers), in float64.
+
+    One draw of the inputs ``X [B, n, d]``, task vectors ``w``, queries ``x_query``, standard noise
+    ``xi [B, n]`` and uniforms ``u [B]``: a noise distribution reads its σ per prompt from ``u``
+    (:meth:`Noise.from_uniform`), so every distribution is evaluated on the same prompts and
+    differences between them are not sampling noise. ``target`` is ``<w, x_query>``.
+    """
+
+    X: torch.Tensor
+    w: torch.Tensor
+    x_query: torch.Tensor
+    xi: torch.Tensor
+    u: torch.Tensor
+    target: torch.Tensor
+
+    def sigma(self, noise: Noise | str) -> torch.Tensor:
+        """σ of every prompt under ``noise`` (read from the shared uniforms ``u``)."""
+        return Noise.parse(noise).from_uniform(self.u)
+
+    def labels(self, sigma: torch.Tensor) -> torch.Tensor:
+        """The labels ``y = X w + σ ξ`` ``[B, n]`` for one σ per prompt ``[B]``."""
+        return (self.X @ self.w[..., None])[..., 0] + sigma[:, None] * self.xi
+
+
+def shared_prompts(n_seq: int, d: int, n: int, seed: int) -> SharedPrompts:
+    """Draw :class:`SharedPrompts` of ``n_seq`` prompts from generator seed ``seed``."""
+    n_seq = check_int("n_seq", n_seq, minimum=1)
+    d, n = check_int("d", d, minimum=1), check_int("n", n, minimum=1)
+    g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+    X = torch.randn(n_seq, n, d, generator=g, dtype=torch.float64)
+    w = torch.randn(n_seq, d, generator=g, dtype=torch.float64)
+    xq = torch.randn(n_seq, d, generator=g, dtype=torch.float64)
+    xi = torch.randn(n_seq, n, generator=g, dtype=torch.float64)
+    u = torch.rand(n_seq, generator=g, dtype=torch.float64)
+    return SharedPrompts(X, w, xq, xi, u, (xq * w).sum(-1))
 
 
 class MixedNoiseRegression:

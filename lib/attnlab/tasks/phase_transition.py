@@ -49,6 +49,7 @@ __all__ = [
     "error_from_overlaps",
     "fit_positional_linear",
     "linear_error",
+    "verify_encoding_term",
     "verify_overlaps",
 ]
 
@@ -284,3 +285,33 @@ def verify_overlaps(answer: dict, *, d: int = 50, sigma: float = 0.5, seed: int 
         if abs(m_ans - m_exp) > 1e-3 or abs(th_ans - th_exp) > 1e-3:
             raise ValueError(f"answer[{key!r}] = ({m_ans}, {th_ans}) is not right. Hint: {hints[key]}")
     return "correct"
+
+
+def verify_encoding_term(answer, *, m: float, q: float, d: int, rtol: float = 0.02) -> str:
+    """Exercise checker (chapter 1): the encodings' share ``E ||S(h) p||^2 / (2d)`` of the test error.
+
+    ``S(h) p`` has rows ``(S_l1 - S_l2) p_1`` with ``||p_1|| = 1``, so the term is
+    ``E sum_l (S_l1 - S_l2)^2 / (2d)`` over the student's scores ``h_l = s_l m + sqrt(q) xi_l``
+    (``xi ~ N(0, I_2)``, ``s = (+1, -1)``), here by a 2-D Gauss-Hermite rule of 40 nodes per axis.
+    Raises ``ValueError`` with a hint unless ``answer`` is within ``rtol`` of it; returns a message.
+    """
+    answer = check_real("answer", answer)
+    m = check_real("m", m)
+    q = check_positive("q", q)
+    d = check_int("d", d, minimum=1)
+    rtol = check_positive("rtol", rtol)
+    x, w = np.polynomial.hermite_e.hermegauss(40)
+    w = w / w.sum()
+    xi1, xi2 = (g.ravel() for g in np.meshgrid(x, x, indexing="ij"))
+    weight = np.outer(w, w).ravel()
+    h1, h2 = m + math.sqrt(q) * xi1, -m + math.sqrt(q) * xi2
+    a = 1 / (1 + np.exp(-h1 * (h1 - h2)))  # S_11; S_12 = 1 - a
+    b = 1 / (1 + np.exp(-h2 * (h2 - h1)))  # S_22; S_21 = 1 - b
+    ref = float(weight @ ((2 * a - 1) ** 2 + (1 - 2 * b) ** 2)) / (2 * d)
+    if abs(answer - ref) > rtol * ref:
+        hint = (
+            "divide by 2d" if abs(answer / ref - 2 * d) < 0.1 * d else "the rows of S p are (S_l1 - S_l2) p_1"
+        )
+        raise ValueError(f"answer {answer:.4g} is not the encodings' term (relative error "
+                         f"{abs(answer - ref) / ref:.2g}). Hint: {hint}")  # fmt: skip
+    return f"Correct: the encodings add {ref:.3g} to the test error at d = {d}."

@@ -429,11 +429,12 @@ def summarize(result, by=("alpha", "init")) -> list[dict]:
 def book_run(name: str, **overrides) -> Result:
     """Part II experiment ``name`` at book scale: the committed result, or a new run with ``overrides``.
 
-    Without overrides it loads the result committed with the library, prints the command that made
-    it, and checks that its configuration is the one registered for ``book`` (a stale result raises
-    ``RuntimeError``). With overrides (e.g. ``book_run("pt_untied", n_seeds=12)``) it runs the
-    experiment anew with the book configuration so changed, through :func:`attnlab.experiments.run`
-    (cached on disk; an unknown key raises ``ValueError`` there). ``name`` must be a registered
+    Without overrides it loads the result committed with the library and checks that its
+    configuration is the one registered for ``book`` (a stale result raises ``RuntimeError``; the
+    command that made it is in its ``meta``, and the lab notes list every one). With overrides
+    (e.g. ``book_run("pt_untied", n_seeds=12)``) it runs the experiment anew with the book
+    configuration so changed, through :func:`attnlab.experiments.run` (cached on disk; an unknown
+    key raises ``ValueError`` there). ``name`` must be a registered
     Part II experiment (``pt_...``), else ``ValueError``.
     """
     known = [n for n in names() if n.startswith("pt_")]
@@ -442,10 +443,9 @@ def book_run(name: str, **overrides) -> Result:
     if overrides:
         return run(name, "book", overrides=overrides)
     result = load_result(name, "book")
-    print(result.meta["command"])
     if result.config != get(name).config("book"):
         raise RuntimeError(
             f"the committed {name}-book result was run with {result.config}, not the registered "
-            f"configuration {get(name).config('book')}: run it again (its command is printed above)"
+            f"configuration {get(name).config('book')}: run it again ({result.meta.get('command', '')})"
         )
     return result

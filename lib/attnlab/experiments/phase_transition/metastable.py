@@ -1,4 +1,4 @@
-"""Part II: side studies of the metastable branches (issue 36; chapter 03 and its lab notes).
+"""Part II: side studies of the metastable branches (chapter 03 and its lab notes).
 
 ``pt_authors_rules`` asks where the authors' metastable theory values come from, at the points of
 chapter 03 (A: ω = 0.5, α = 1.19, semantic; B: ω = 0.15, α = 1.79, positional)::
@@ -9,9 +9,13 @@ chapter 03 (A: ω = 0.5, α = 1.19, semantic; B: ω = 0.15, α = 1.79, positiona
   with their degree-7 rule for the hats replaced by Gauss–Hermite products of ``n_nodes`` points
   per dimension, at A: how θ/σ² depends on the averaging rule;
 * ``kind="monte carlo"``: one step of the exact map, its averages by Monte Carlo
-  (``hat_variables(..., monte_carlo=N)``), from their fixed point (``start="theirs"``) and from
-  the converged solver's (``start="ours"``), one row per seed: a fixed point of the exact map
-  does not move, up to the Monte-Carlo error;
+  (``hat_variables(..., monte_carlo=N)``, with the solver's global prox from u, -u and 0), from
+  their fixed point (``start="theirs"``) and from the converged solver's (``start="ours"``; at B
+  that is the agnostic point m = 0, not converged as a positional point), one row per seed: a
+  fixed point of the exact map does not move, up to the Monte-Carlo error;
+* ``kind="hold"``: their procedure at A with the branch held or not (``hold``) and the prox from
+  h = 0 by our Newton method or by BFGS as theirs (``prox``): why holding the branch stands in
+  for their BFGS;
 * ``kind="nodes"``: the converged solver's semantic fixed point at ω = 0.5 and each of
   ``node_alphas`` (1.1708: the α of the authors' own gradient descent) with ``node_orders``
   nodes per dimension: its quadrature error.
@@ -61,6 +65,15 @@ def _mc_rows(alpha, omega, branch, n_nodes, samples, seeds, sigma, lam):
     return rows
 
 
+def _hold_rows(alpha, omega, prox, hold, sigma, lam):
+    from attnlab.theory import phase_transition as se
+
+    fp = se.solve_authors(alpha, omega, "semantic", sigma, lam, prox=prox, hold=hold)
+    return [{"kind": "hold", "omega": omega, "alpha": alpha, "branch": "semantic", "prox": prox, "hold": hold,
+             "value": fp.theta_over_sigma2, "m": fp.m, "q": fp.q, "V": fp.V, "iterations": fp.iterations,
+             "converged": fp.converged}]  # fmt: skip
+
+
 def _nodes_rows(alpha, omega, n_nodes, sigma, lam):
     from attnlab.theory import phase_transition as se
 
@@ -77,18 +90,22 @@ def _call(fn, kwargs):
 @experiment(
     "pt_authors_rules",
     book={**_BASE, "orders": [3, 4, 5, 6], "mc_samples": 20_000, "mc_seeds": 2, "n_nodes": 8,
-          "node_alphas": [1.19], "node_orders": [6, 8]},
+          "node_alphas": [1.19], "node_orders": [6, 8], "hold_alpha": 1.1875,
+          "hold_runs": [["newton", True], ["newton", False]]},
     paper={**_BASE, "orders": list(range(3, 17)), "mc_samples": 1_000_000, "mc_seeds": 4, "n_nodes": 20,
-           "node_alphas": [1.1708333333333334], "node_orders": [12, 16, 20, 24, 28]},
+           "node_alphas": [1.1708333333333334], "node_orders": [12, 16, 20, 24, 28], "hold_alpha": 1.1875,
+           "hold_runs": [["bfgs", False], ["newton", True], ["newton", False]]},
     description="the authors' metastable values: their rule's order, a Monte-Carlo step, our nodes (ch. 3)",
 )  # fmt: skip
 def pt_authors_rules(config: dict, device: str) -> list[dict]:
-    """Rows of kinds ``rule``, ``monte carlo`` and ``nodes`` (see the module's docstring)."""
+    """Rows of kinds ``rule``, ``monte carlo``, ``hold`` and ``nodes`` (see the module's docstring)."""
     common = {"sigma": config["sigma"], "lam": config["lam"]}
     omega, alpha = config["omega_A"], config["alpha_A"]
     mc = {"n_nodes": config["n_nodes"], "samples": config["mc_samples"], "seeds": config["mc_seeds"]}
     tasks = [(_nodes_rows, {"alpha": a, "omega": omega, "n_nodes": n, **common})
              for n in sorted(config["node_orders"], reverse=True) for a in config["node_alphas"]]  # fmt: skip
+    tasks += [(_hold_rows, {"alpha": config["hold_alpha"], "omega": omega, "prox": p, "hold": h, **common})
+              for p, h in config["hold_runs"]]  # fmt: skip
     tasks += [(_mc_rows, {"alpha": a, "omega": w, "branch": b, **mc, **common})
              for w, a, b in ((omega, alpha, "semantic"), _B)]  # fmt: skip
     orders = sorted(config["orders"], key=lambda n: -n)  # the slow ones first

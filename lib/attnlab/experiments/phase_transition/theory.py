@@ -9,6 +9,7 @@ so that the paper-scale runs go through the CLI and the chapters (02, 03, 04) lo
     python -m attnlab.experiments run pt_crossing_scan --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_branches --scale paper --out lib/attnlab/results
     python -m attnlab.experiments run pt_quadrature --scale book --no-cache --out lib/attnlab/results
+    python -m attnlab.experiments run pt_slices --scale paper --out lib/attnlab/results
 """
 
 from __future__ import annotations
@@ -381,4 +382,44 @@ def pt_quadrature(config: dict, device: str) -> list[dict]:
                 "converged": bool(fp.converged), "iterations": fp.iterations,
                 "n_points": int(se.product_rule(n_nodes)[1].size),
             })  # fmt: skip
+    return rows
+
+
+_SLICES = {"omega": 0.3, "sigma": 0.5, "lam": 0.01, "theta_max": 0.6, "m_max": 0.32}
+
+
+@experiment(
+    "pt_slices",
+    book={**_SLICES, "alphas": [0.9, 1.6], "n_values": 5, "n_nodes": 8},
+    paper={**_SLICES, "alphas": [0.9, 1.25, 1.6], "n_values": 17, "n_nodes": 20},
+    description="the training loss along both branches' slices through the agnostic point (chapter 3)",
+)
+def pt_slices(config: dict, device: str) -> list[dict]:
+    """The lowest training loss with the order parameter held (``constrained``) along both slices.
+
+    For every α: ``kind="slice"`` rows (branch, value, eps_t, slope, converged) with θ/σ² from 0
+    to ``theta_max`` on the semantic slice (m = 0) and m from 0 to ``m_max`` on the positional one
+    (θ = 0), ``n_values`` each, continued from one value to the next; both slices start at the
+    agnostic point m = θ = 0. ``kind="fixed point"`` rows: each branch's own fixed point
+    (``solve``: value, eps_t, converged). Chapter 03 draws the two slices as one path through the
+    agnostic point: the two branches are the two valleys of one curve.
+    """
+    from attnlab.theory import phase_transition as se
+
+    omega, sigma, lam, n_nodes = config["omega"], config["sigma"], config["lam"], config["n_nodes"]
+    tops = {"semantic": config["theta_max"], "positional": config["m_max"]}
+    rows = []
+    for alpha in config["alphas"]:
+        for branch, top in tops.items():
+            init = None
+            for value in np.linspace(0.0, top, config["n_values"]):
+                c = se.constrained(alpha, omega, branch, float(value), sigma, lam, n_nodes=n_nodes, init=init)
+                if c.converged:
+                    init = (c.q, c.V)
+                rows.append({"kind": "slice", "alpha": float(alpha), "branch": branch, "value": c.value,
+                             "eps_t": c.eps_t, "slope": c.slope, "converged": c.converged})  # fmt: skip
+            fp = se.solve(float(alpha), omega, branch, sigma, lam, n_nodes=n_nodes)
+            value = fp.theta_over_sigma2 if branch == "semantic" else fp.m
+            rows.append({"kind": "fixed point", "alpha": float(alpha), "branch": branch, "value": value,
+                         "eps_t": fp.eps_t, "slope": 0.0, "converged": fp.converged})  # fmt: skip
     return rows

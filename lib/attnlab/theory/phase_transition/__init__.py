@@ -67,6 +67,12 @@ Public API (all importable from this package)
     Gauss–Hermite product rule for E over independent standard Gaussians.
 ``verify_eps_lin(answer, omega, sigma=0.5, A=None)``
     For exercises: raises ``ValueError`` with a message unless ``answer`` matches ``eps_lin``.
+``verify_min_damping(answer, mu)``
+    For exercises: the smallest damping of the iteration that converges at a Jacobian
+    eigenvalue ``mu`` (``None`` where none does).
+``verify_alpha_c(answer, omega, ..., n_nodes=8, atol=0.01)``
+    For exercises: raises ``ValueError`` with a hint unless the two training losses cross within
+    ``atol`` of ``answer``.
 """
 
 from attnlab.theory.phase_transition import cubature
@@ -81,6 +87,7 @@ from attnlab.theory.phase_transition.fixed_point import (
     on_branch,
     solve,
     solve_both,
+    verify_min_damping,
 )
 from attnlab.theory.phase_transition.prox import DEFAULT_A, prox
 from attnlab.theory.phase_transition.replicon import Replicon, replicon
@@ -89,6 +96,7 @@ from attnlab.theory.phase_transition.thresholds import (
     alpha_l,
     branch_curves,
     eps_lin,
+    verify_alpha_c,
     verify_eps_lin,
 )
 
@@ -103,7 +111,9 @@ __all__ = [
     "branch_curves",
     "constrained",
     "continue_branch",
+    "verify_alpha_c",
     "verify_eps_lin",
+    "verify_min_damping",
     "cubature",
     "eps_lin",
     "global_minimum",

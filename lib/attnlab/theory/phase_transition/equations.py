@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from attnlab.theory.phase_transition.cubature import product_rule
-from attnlab.theory.phase_transition.prox import _loss, _prox_batch, _softmax_diag, _target
+from attnlab.theory.phase_transition.prox import _global_starts, _loss, _prox_batch, _softmax_diag, _target
 
 __all__ = ["BRANCHES", "STARTS", "FixedPoint"]
 
@@ -120,7 +120,7 @@ class _Problem:
         # nodes neither u nor 0 leads Newton to the lower one (positional branch, alpha = 2: a
         # weight of 2e-4, enough to move the fixed point by 3e-4 depending on the warm starts).
         if self.h is None or all_starts:  # from u, -u, 0 and the previous solution
-            starts = [(u1, u2), (-u1, -u2), (np.zeros_like(u1), np.zeros_like(u2))]
+            starts = _global_starts(u1, u2)
             if self.h is not None:
                 starts.append((self.h[0], self.h[1]))
         elif fresh:  # from u, -u and the previous solution

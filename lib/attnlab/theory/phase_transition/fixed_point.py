@@ -26,10 +26,18 @@ import numpy as np
 
 from attnlab.theory.phase_transition.authors import _AuthorsProblem
 from attnlab.theory.phase_transition.equations import BRANCHES, METHODS, STARTS, FixedPoint, _Problem, _result
-from attnlab.theory.phase_transition.prox import _check_common, _prox_batch, _target
+from attnlab.theory.phase_transition.prox import _check_common, _global_starts, _prox_batch, _target
 from attnlab.validation import check_choice, check_finite, check_int, check_real, check_shape, make_rng
 
-__all__ = ["continue_branch", "global_minimum", "hat_variables", "on_branch", "solve", "solve_both"]
+__all__ = [
+    "continue_branch",
+    "global_minimum",
+    "hat_variables",
+    "on_branch",
+    "solve",
+    "solve_both",
+    "verify_min_damping",
+]
 
 
 def hat_variables(
@@ -52,7 +60,8 @@ def hat_variables(
 
     By default the averages use the Gauss–Hermite rule and the Stein form of the solver. With
     ``monte_carlo=N`` they are instead the direct averages of eq-pt-se-hats over ``N`` Gaussian
-    samples (ξ, η) drawn with ``seed``: an independent check of the quadrature. With
+    samples (ξ, η) drawn with ``seed``, with the same global prox as the solver (from u, -u and
+    0): an independent check of the quadrature. With
     ``method="authors"`` they are the authors' direct averages on their degree-7 rule, with the
     prox from h = 0 (as in :func:`solve_authors`).
     Returns ``{"q_hat", "m_hat", "V_hat", "theta_hat", "q", "m", "V", "theta"}``.
@@ -82,7 +91,7 @@ def hat_variables(
         u1, u2 = sq * xi[0] + m, sq * xi[1] - m  # eq-pt-se-fields
         hs1, hs2 = theta / sq * xi[0] + s_star * eta[0], theta / sq * xi[1] + s_star * eta[1]
         T = _target(hs1, hs2, omega, A)
-        h1, h2, _ = _prox_batch(u1, u2, V, T, sigma**2, [(u1, u2), (np.zeros(n), np.zeros(n))])
+        h1, h2, _ = _prox_batch(u1, u2, V, T, sigma**2, _global_starts(u1, u2))  # as the solver's
         g1, g2 = (h1 - u1) / V, (h2 - u2) / V
         theta_hat = alpha * np.mean(g1 * eta[0] + g2 * eta[1]) / s_star
         hats = (
@@ -368,3 +377,31 @@ def continue_branch(alphas, omega, branch, sigma=0.5, lam=0.01, A=None, *, init=
         if on_branch(fp):
             start = (fp.q, fp.m, fp.V, fp.theta)
     return out
+
+
+def verify_min_damping(answer, mu, *, atol: float = 1e-3) -> str:
+    """Exercise checker (chapter 02): the smallest damping that converges at an eigenvalue ``mu``.
+
+    A damped iteration x <- (1 - γ) G(x) + γ x contracts along an eigenvector of the Jacobian of G
+    with real eigenvalue μ when |(1 - γ) μ + γ| < 1. For -1 <= μ < 1 every γ in [0, 1) does
+    (answer 0); for μ < -1 the damping must exceed (μ + 1)/(μ - 1); for μ >= 1 none does (answer
+    ``None``). Raises ``ValueError`` with a hint unless ``answer`` is right within ``atol``.
+    """
+    mu = check_real("mu", mu)
+    ref = None if mu >= 1 else max(0.0, (mu + 1) / (mu - 1))
+    if ref is None or answer is None:
+        if ref is None and answer is None:
+            return f"Correct: at mu = {mu} no damping in [0, 1) converges."
+        hint = (
+            "for mu >= 1, (1 - gamma) mu + gamma >= 1 for every gamma < 1"
+            if ref is None
+            else "a damping close enough to 1 always tames mu < 1"
+        )
+        raise ValueError(f"answer {answer!r} is not right for mu = {mu}. Hint: {hint}")
+    answer = check_real("answer", answer)
+    if abs(answer - ref) > atol:
+        raise ValueError(
+            f"answer {answer:.4g} is not the smallest damping for mu = {mu}. "
+            "Hint: solve (1 - gamma) mu + gamma = -1 for gamma"
+        )
+    return f"Correct: every damping above {ref:.3f} converges at mu = {mu}."

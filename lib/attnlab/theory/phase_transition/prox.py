@@ -10,11 +10,12 @@ eq-pt-target); ω is the weight of the positional part ``A`` of the target.
 Numerics: the prox is solved for all nodes at once by a batched Newton method on the 2-D problem
 with an eigenvalue-shifted Hessian (a descent direction even where the problem is non-convex) and
 a backtracking Armijo line search. Converged nodes leave the active set. Several starting points
-(u, 0 and the previous solution) are tried and the lowest objective is kept, so the prox is the
-global minimizer, not a local one; stationary points that are not minima are escaped by small kicks.
-The same algorithm runs node by node in a compiled kernel, ``prox_kernel.c`` (built at first use,
-see :mod:`attnlab.ccompile`), about ten times faster than numpy's step-by-step batches; where it
-cannot be built, or with ``ATTNLAB_PROX_KERNEL=0``, the numpy code runs.
+(u, its mirror image -u, 0 and the previous solution) are tried and the lowest objective is kept,
+so the prox is the global minimizer, not a local one; stationary points that are not minima are
+escaped by small kicks. The same algorithm runs node by node in a compiled kernel,
+``prox_kernel.c`` (built at first use, see :mod:`attnlab.ccompile`), about ten times faster than
+numpy's step-by-step batches; where it cannot be built, or with ``ATTNLAB_PROX_KERNEL=0``, the
+numpy code runs.
 """
 
 from __future__ import annotations
@@ -167,13 +168,24 @@ def _kernel():
         return None
     flags = ("-O2", "-ffp-contract=off", "-std=c11", "-fPIC", "-shared")
     lib = ccompile.load(Path(__file__).with_name("prox_kernel.c"), "prox_kernel", flags + ("-lm",))
-    if lib is None:
+    if lib is None:  # make bench: the kernel is 2.5-3.2x numpy's prox on the nodes of one solve
+        ccompile.warn_fallback("prox_kernel", "Part II's fixed-point solves run about 2.5 to 3 times slower")
         return None
     p = ctypes.c_void_p
     real = ctypes.c_double
     lib.prox_batch.argtypes = [ctypes.c_ssize_t, p, p, real, p, p, p, p, real, ctypes.c_int, p, p, p, p]
     lib.prox_batch.restype = None
     return lib
+
+
+def _global_starts(u1, u2):
+    """The starting points of the global prox: ``u``, its mirror image ``-u`` and ``0``.
+
+    ``ℓ(-h) = ℓ(h)``, so the prox objective has a valley near ``u`` and a mirror valley near
+    ``-u``; from ``u`` and ``0`` alone Newton misses the lower one at some points (chapter 02).
+    Every average of the map over the prox (quadrature, Monte Carlo, replicon) starts from these.
+    """
+    return [(u1, u2), (-u1, -u2), (np.zeros_like(u1), np.zeros_like(u2))]
 
 
 def _prox_batch(u1, u2, V, T, s2, starts):
@@ -230,7 +242,8 @@ def prox(u, h_star, V, omega, sigma=0.5, A=None, start=None):
     """Batched prox ``argmin_h ‖h - u‖²/V + ℓ(h; h*)`` and its value (chapter 02, eq-pt-se-prox).
 
     ``u`` and ``h_star`` have shape ``[N, 2]``; returns ``h`` of shape ``[N, 2]`` and the minimum
-    value ``[N]``. Starts from ``u``, from 0 and (if given) from ``start`` ``[N, 2]``.
+    value ``[N]``. Starts from ``u``, from ``-u``, from 0 and (if given) from ``start``
+    ``[N, 2]``, and keeps the lowest value: the global minimum.
     """
     u = np.asarray(u, dtype=float)
     h_star = np.asarray(h_star, dtype=float)
@@ -244,7 +257,7 @@ def prox(u, h_star, V, omega, sigma=0.5, A=None, start=None):
     A = _check_A(A)
     u1, u2 = u[:, 0].copy(), u[:, 1].copy()
     T = _target(h_star[:, 0], h_star[:, 1], omega, A)
-    starts = [(u1, u2), (np.zeros_like(u1), np.zeros_like(u2))]
+    starts = _global_starts(u1, u2)
     if start is not None:
         start = np.asarray(start, dtype=float)
         check_shape("start", start, u.shape)

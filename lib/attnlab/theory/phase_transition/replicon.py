@@ -32,10 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from attnlab.theory.phase_transition.equations import FixedPoint, _Problem
-from attnlab.theory.phase_transition.prox import _check_A, _grad_hess, _prox_batch, _target
+from attnlab.theory.phase_transition.prox import _check_A, _global_starts, _grad_hess, _prox_batch, _target
 from attnlab.validation import check_int
 
 __all__ = ["Replicon", "replicon"]
@@ -80,8 +78,7 @@ def replicon(fp: FixedPoint, A=None, *, n_nodes: int | None = None) -> Replicon:
     prob = _Problem(fp.alpha, fp.omega, fp.sigma, fp.lam, A, n_nodes, 1e-10, fp.branch)
     u1, u2, hs1, hs2, _ = prob.fields(fp.q, fp.m, fp.theta)
     T = _target(hs1, hs2, fp.omega, A)
-    zero = np.zeros_like(u1)
-    h1, h2, _ = _prox_batch(u1, u2, fp.V, T, prob.s2, [(u1, u2), (-u1, -u2), (zero, zero.copy())])
+    h1, h2, _ = _prox_batch(u1, u2, fp.V, T, prob.s2, _global_starts(u1, u2))
     J11, J12, J22 = _jacobian(h1, h2, u1, u2, fp.V, T, prob.s2)
     M11, M22 = 1 - J11, 1 - J22  # I - ∂h/∂u; its off-diagonal entries are -J12
     W = prob.W

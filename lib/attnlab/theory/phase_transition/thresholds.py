@@ -88,6 +88,39 @@ def verify_eps_lin(answer, omega, sigma=0.5, A=None, rtol=1e-3) -> float:
     return ref
 
 
+def verify_alpha_c(
+    answer, omega, sigma=0.5, lam=0.01, A=None, *, n_nodes: int = 8, atol: float = 0.01
+) -> str:
+    """Exercise checker (chapter 03): raise ``ValueError`` unless ``answer`` is α_c(ω) within ``atol``.
+
+    The check is the definition (eq-pt3-alpha-c): with ``n_nodes`` per dimension the semantic
+    branch's training loss must lie above the positional one's at ``answer - atol`` and below it at
+    ``answer + atol`` (four solves, under a second at 8 nodes). Returns a message when it does.
+    """
+    answer = check_real("answer", answer, minimum=0.0, strict_minimum=True)
+    atol = check_real("atol", atol, minimum=0.0, strict_minimum=True)
+    n_nodes = check_int("n_nodes", n_nodes, minimum=2, maximum=60)
+    if answer <= atol:
+        raise ValueError(f"answer must be larger than atol = {atol}, got {answer}")
+
+    def gap(alpha):
+        sem, pos = (solve(alpha, omega, b, sigma, lam, A, n_nodes=n_nodes) for b in BRANCHES)
+        return sem.eps_t - pos.eps_t
+
+    below, above = gap(answer - atol), gap(answer + atol)
+    if below > 0 > above:
+        return f"Correct: the training losses cross within {atol} of {answer:.4g}."
+    if below <= 0:
+        raise ValueError(
+            f"answer {answer:.4g} is too large: at {answer - atol:.4g} the semantic branch already has "
+            "the lower training loss. Hint: keep the half of the bracket where the sign changes."
+        )
+    raise ValueError(
+        f"answer {answer:.4g} is too small: at {answer + atol:.4g} the positional branch still has the "
+        "lower training loss. Hint: keep the half of the bracket where the sign changes."
+    )
+
+
 def _remembered(fun):
     """``fun`` of one float, each value computed once (the values so far in ``.seen``)."""
     seen = {}

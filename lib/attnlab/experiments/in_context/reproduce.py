@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-from attnlab.experiments.icl_core import _dtype_of, _lr_of, per_model
-from attnlab.experiments.icl_recipe import lr_choice
+from attnlab.experiments.in_context.lr_sweep import lr_choice
+from attnlab.experiments.in_context.recipe import model_settings, per_model
 from attnlab.validation import check_int
 
 # How the committed CPU table (icl_mixed_noise-cpu) was made, for reproduce_table: each run of
@@ -133,7 +133,7 @@ def merge_parts(
     config["part"] = "all (merged: " + ", ".join(str(p.config["part"]) for p in parts) + ")"
     config["seed_start"], config["n_seeds"] = seeds[0], len(seeds)
     commands = [c for p in parts for c in p.meta.get("commands", [p.meta.get("command")])]
-    meta = {"commands": commands, "note": "merged with attnlab.experiments.icl.merge_parts"}
+    meta = {"commands": commands, "note": "merged with attnlab.experiments.in_context.merge_parts"}
     timings = [p.meta["timing"] for p in parts if "timing" in p.meta]
     if timings:
         walls = [t["wall_s"] for t in timings]
@@ -213,7 +213,7 @@ def splice(
     def check_model(res, param, L, keys):
         for key in keys:
             if key == "dtype":
-                got, want = _dtype_of(res.config, param, L), _dtype_of(config, param, L)
+                got, want = model_settings(res.config, param, L).dtype, model_settings(config, param, L).dtype
             else:
                 got, want = per_model(res.config[key], param, L), per_model(config[key], param, L)
             if (float(got) != float(want)) if key in ("steps", "lr") else (got != want):
@@ -249,10 +249,10 @@ def splice(
         for (param, L), row in choice.iterrows():
             if swept_by[(param, int(L))] is not sweep:
                 continue  # a later sweep trained this model
-            if float(row["chosen"]) != _lr_of(config["lr"], param, int(L)):
+            rate = model_settings(config, param, int(L)).lr
+            if float(row["chosen"]) != rate:
                 raise ValueError(
-                    f"the recipe trains ({param}, {L}) at {_lr_of(config['lr'], param, int(L))}, "
-                    f"{sweep.name} chooses {row['chosen']}"
+                    f"the recipe trains ({param}, {L}) at {rate}, {sweep.name} chooses {row['chosen']}"
                 )
             scores = {
                 k.removeprefix("score@"): float(v)
@@ -273,7 +273,7 @@ def splice(
     config["seed_start"], config["n_seeds"] = seeds[0], len(seeds)
     meta = {
         "commands": commands,
-        "note": "spliced with attnlab.experiments.icl.splice: "
+        "note": "spliced with attnlab.experiments.in_context.splice: "
         + "; ".join(
             ", ".join(f"{p} {L}L" for p, L in sorted(models)) + " from " + res.name
             for res, models in runs[1:]

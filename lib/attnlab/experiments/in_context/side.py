@@ -13,35 +13,36 @@ import torch
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment
-from attnlab.experiments.icl_core import _common_data, _labels, _rows, _sigma
-from attnlab.experiments.icl_recipe import _CPU, _FULL7_BOOK, _arm_curve_rows, _recipe_variant
-from attnlab.experiments.icl_table1 import TABLE1_NOISE
-from attnlab.experiments.icl_trained import trained_model
+from attnlab.experiments.in_context.recipe import CPU
+from attnlab.experiments.in_context.table import FULL7_BOOK, arm_curve_rows, recipe_variant, table_rows
+from attnlab.experiments.in_context.table1 import TABLE1_NOISE
+from attnlab.experiments.in_context.trained import trained_model
+from attnlab.tasks.icl_regression import shared_prompts
 
 # What the CPU recipe's guards against overflow do (chapter 04): the recipe with and without
 # gradient clipping and patience, on deep DIAG where the guards matter, no re-runs, so that only
 # the guards differ between the two arms (same seeds, data and evaluation prompts).
 _STABILITY_CPU = dict(
-    _CPU,
+    CPU,
     params=["diag"],
     depths={"diag": [4, 5, 7]},
     noise=["uniform:3", "uniform:7", "categorical:1,3,5"],
     n_seeds=3,
     reruns=0,
     profile_noise=[],
-    arms={"plain": [None, 1], "guarded": [_CPU["max_grad_norm"], _CPU["patience"]]},
+    arms={"plain": [None, 1], "guarded": [CPU["max_grad_norm"], CPU["patience"]]},
 )
 
 
 def _stability_rows(config: dict, device: str) -> tuple[list[dict], dict]:
     rows, meta = [], {}
     for arm, (max_grad_norm, patience) in config["arms"].items():
-        arm_rows, _ = _rows({**config, "max_grad_norm": max_grad_norm, "patience": patience}, device)
-        rows += [{"arm": arm, **r} for r in arm_rows if r["kind"] != "curve"]
+        got, _ = table_rows({**config, "max_grad_norm": max_grad_norm, "patience": patience}, device)
+        rows += [{"arm": arm, **r} for r in got if r["kind"] != "curve"]
     return rows, meta
 
 
-icl_stability = _recipe_variant(
+icl_stability = recipe_variant(
     "icl_stability",
     _STABILITY_CPU,
     "the CPU recipe with and without its guards against overflow (chapter 4)",
@@ -56,7 +57,7 @@ icl_stability = _recipe_variant(
 # re-runs, three arms: the recipe, the recipe with 4x the steps (the same schedule stretched), and
 # a constant rate (no warm-up, no decay) for the same steps.
 _BASINS_CPU = dict(
-    _CPU,
+    CPU,
     params=["diag"],
     depths={"diag": [3, 4]},
     noise=["uniform:3", "uniform:5"],
@@ -65,13 +66,13 @@ _BASINS_CPU = dict(
     profile_noise=[],
     arms={
         "recipe": {},
-        "4x steps": {"steps": 4 * _CPU["steps"]},
+        "4x steps": {"steps": 4 * CPU["steps"]},
         "constant rate": {"lr_schedule": "constant"},
     },
 )
 
 
-icl_seed_basins = _recipe_variant(
+icl_seed_basins = recipe_variant(
     "icl_seed_basins",
     _BASINS_CPU,
     "deep DIAG models of eight seeds: the recipe, 4x the steps, a constant rate (chapter 4)",
@@ -87,17 +88,17 @@ def _paired_basins(name: str, param: str, depths: list, noise: list, description
     stretched), the same initialisations and data streams, so that each seed's two runs can be
     compared. The book scale is a smoke run at ``book_depths``."""
     config = dict(
-        _CPU,
+        CPU,
         params=[param],
         depths={param: depths},
         noise=noise,
         n_seeds=8,
         reruns=0,
         profile_noise=[],
-        arms={"recipe": {}, "4x steps": {"steps": 4 * _CPU["steps"], "n_seeds": 4}},
+        arms={"recipe": {}, "4x steps": {"steps": 4 * CPU["steps"], "n_seeds": 4}},
     )
     smoke_arms = {"recipe": {}, "4x steps": {"steps": 240, "n_seeds": 1}}
-    return _recipe_variant(name, config, description, depths={param: book_depths}, n_seeds=2, arms=smoke_arms)
+    return recipe_variant(name, config, description, depths={param: book_depths}, n_seeds=2, arms=smoke_arms)
 
 
 # Are FULL's misses at 3 and 4 layers basins too (chapter 04)? The CPU table's FULL 3L misses at
@@ -128,7 +129,7 @@ icl_diag_deep_basins = _paired_basins(
 # loss (6 free omegas) found two local minima, one at Table 1's value. Here the recipe itself,
 # eight seeds, from initialisations of four scales (the recipe's is von Oswald et al.'s 0.002/L).
 _GDPP_BASINS_CPU = dict(
-    _CPU,
+    CPU,
     params=["gdpp"],
     depths={"gdpp": [3]},
     noise=["uniform:2"],
@@ -139,7 +140,7 @@ _GDPP_BASINS_CPU = dict(
 )
 
 
-icl_gdpp_basins = _recipe_variant(
+icl_gdpp_basins = recipe_variant(
     "icl_gdpp_basins",
     _GDPP_BASINS_CPU,
     "GD++ with 3 layers at sigma_max 2: the recipe from initialisations of four scales (chapter 4)",
@@ -151,7 +152,7 @@ icl_gdpp_basins = _recipe_variant(
 # Why FULL with 7 layers misses Table 1 at CPU scale (chapter 04): the recipe trains it at 3e-4
 # (it diverged at 1e-3 in a pilot before the guards). The recipe at three rates, no re-runs.
 _FULL7_CPU = dict(
-    _CPU,
+    CPU,
     params=["full"],
     depths={"full": [7]},
     noise=["uniform:1", "uniform:3", "uniform:5", "uniform:7"],
@@ -162,7 +163,7 @@ _FULL7_CPU = dict(
 )
 
 
-icl_full7_rates = _recipe_variant(
+icl_full7_rates = recipe_variant(
     "icl_full7_rates",
     _FULL7_CPU,
     "7-layer FULL with the CPU recipe at three learning rates (chapter 4)",
@@ -178,20 +179,20 @@ icl_full7_rates = _recipe_variant(
 # third of the rate) on every noise setting of Table 1, 24,000 steps. With no shallower model in
 # the run, only a diverged model is re-run.
 _FULL7_LONG_CPU = dict(
-    _CPU,
+    CPU,
     params=["full"],
     depths={"full": [7]},
-    steps=4 * _CPU["steps"],
+    steps=4 * CPU["steps"],
     profile_noise=[],
     arms={"4x steps": {}},
 )
 
 
-icl_full7_long = _recipe_variant(
+icl_full7_long = recipe_variant(
     "icl_full7_long",
     _FULL7_LONG_CPU,
     "7-layer FULL with the CPU recipe at 4x its steps on every noise setting of Table 1 (chapter 4)",
-    **_FULL7_BOOK,
+    **FULL7_BOOK,
 )
 
 
@@ -205,16 +206,16 @@ _FULL7_LONGER_CPU = dict(
     noise=["uniform:2", "uniform:4", "uniform:6", "categorical:1,3", "categorical:1,3,5"],
     seed_start=1,
     n_seeds=1,
-    steps=8 * _CPU["steps"],
+    steps=8 * CPU["steps"],
     reruns=0,
     arms={"8x steps": {}},
 )
 
-icl_full7_longer = _recipe_variant(
+icl_full7_longer = recipe_variant(
     "icl_full7_longer",
     _FULL7_LONGER_CPU,
     "7-layer FULL at 8x the recipe's steps on the cells icl_full7_long misses (chapter 4)",
-    **_FULL7_BOOK,
+    **FULL7_BOOK,
 )
 
 # Is the recipe's schedule what makes long runs of 7-layer FULL diverge? The warm-up-stable-decay
@@ -227,16 +228,16 @@ _FULL7_SCHEDULE_CPU = dict(
     n_seeds=2,
     lr_schedule="cosine",
     arms={
-        "cosine, 4x steps": {"steps": 4 * _CPU["steps"]},
-        "cosine, 8x steps": {"steps": 8 * _CPU["steps"]},
+        "cosine, 4x steps": {"steps": 4 * CPU["steps"]},
+        "cosine, 8x steps": {"steps": 8 * CPU["steps"]},
     },
 )
 
-icl_full7_schedule = _recipe_variant(
+icl_full7_schedule = recipe_variant(
     "icl_full7_schedule",
     _FULL7_SCHEDULE_CPU,
     "7-layer FULL with a cosine decay at 4x and 8x the recipe's steps on the cells it misses (chapter 4)",
-    **_FULL7_BOOK,
+    **FULL7_BOOK,
     arms={"cosine, 4x steps": {"steps": 60}, "cosine, 8x steps": {"steps": 120}},
 )
 
@@ -245,7 +246,7 @@ icl_full7_schedule = _recipe_variant(
 # recipe's rate (3e-4, FULL's at 7 layers), for the recipe's steps and for 4x, seeds 0-3, no
 # re-runs; sigma_max = 4, which the recipe meets at 7 layers, as a control.
 _DIAG7_RATE_CPU = dict(
-    _CPU,
+    CPU,
     params=["diag"],
     depths={"diag": [7]},
     noise=["categorical:1,3", "uniform:4"],
@@ -254,11 +255,11 @@ _DIAG7_RATE_CPU = dict(
     profile_noise=[],
     arms={
         "lr 3e-4": {"lr": {"diag": 3e-4}},
-        "lr 3e-4, 4x steps": {"lr": {"diag": 3e-4}, "steps": 4 * _CPU["steps"]},
+        "lr 3e-4, 4x steps": {"lr": {"diag": 3e-4}, "steps": 4 * CPU["steps"]},
     },
 )
 
-icl_diag7_rate = _recipe_variant(
+icl_diag7_rate = recipe_variant(
     "icl_diag7_rate",
     _DIAG7_RATE_CPU,
     "7-layer DIAG at a third of the recipe's rate, for 1x and 4x its steps (chapter 4)",
@@ -271,9 +272,9 @@ icl_diag7_rate = _recipe_variant(
 # The same question for 7-layer DIAG on {1, 3} (icl_diag7_rate): four times the recipe's steps at its
 # rate with a cosine decay after a 10% warm-up, seeds 0-3 (paired with icl_diag_deep_basins'
 # runs of the recipe and of four times its steps), sigma_max = 4 as the control, no re-runs.
-icl_diag7_schedule = _recipe_variant(
+icl_diag7_schedule = recipe_variant(
     "icl_diag7_schedule",
-    dict(_DIAG7_RATE_CPU, lr_schedule="cosine", arms={"cosine, 4x steps": {"steps": 4 * _CPU["steps"]}}),
+    dict(_DIAG7_RATE_CPU, lr_schedule="cosine", arms={"cosine, 4x steps": {"steps": 4 * CPU["steps"]}}),
     "7-layer DIAG with a cosine decay at 4x the recipe's steps (chapter 4)",
     depths={"diag": [2]},
     n_seeds=1,
@@ -287,15 +288,15 @@ icl_diag7_schedule = _recipe_variant(
 # no re-runs, trained in float32 (the recipe) and in float64, with the training curves, which show
 # when a run diverges. The two arms share the seeds but not the data: the sampler draws in the
 # training dtype.
-icl_diag7_float64 = _recipe_variant(
+icl_diag7_float64 = recipe_variant(
     "icl_diag7_float64",
     dict(
         _DIAG7_RATE_CPU,
-        steps=4 * _CPU["steps"],
+        steps=4 * CPU["steps"],
         arms={"float32": {"dtype": "float32"}, "float64": {"dtype": "float64"}},
     ),
     "7-layer DIAG at 4x the recipe's steps in float32 and in float64, with its curves (chapter 4)",
-    _arm_curve_rows,
+    arm_curve_rows,
     depths={"diag": [2]},
     n_seeds=1,
     steps=240,
@@ -304,19 +305,19 @@ icl_diag7_float64 = _recipe_variant(
 # The same question for 7-layer FULL: its table recipe (48,000 steps, a cosine decay, 3e-4;
 # icl_table_full7 re-ran 10 of its 50 runs after a divergence) in float64, on the four cells that
 # its best seed misses, seeds 0 and 1 (seed 1 ran later, as its own part), no re-runs, with the curves.
-icl_full7_float64 = _recipe_variant(
+icl_full7_float64 = recipe_variant(
     "icl_full7_float64",
     dict(
         _FULL7_SCHEDULE_CPU,
         noise=["uniform:2", "uniform:4", "categorical:1,3", "categorical:1,3,5"],
         seed_start=0,
         n_seeds=2,
-        steps=8 * _CPU["steps"],
+        steps=8 * CPU["steps"],
         arms={"float64": {"dtype": "float64"}},
     ),
     "7-layer FULL by its table recipe in float64 on the cells it misses, with its curves (chapter 4)",
-    _arm_curve_rows,
-    **_FULL7_BOOK,
+    arm_curve_rows,
+    **FULL7_BOOK,
 )
 
 
@@ -373,12 +374,12 @@ def icl_eval_sets(config: dict, device: str) -> list[dict]:
     seeds = [config["eval_seed"]] + [config["set_seed"] + k for k in range(1, config["n_sets"] + 1)]
     rows = []
     for k, eval_seed in enumerate(seeds):
-        data = _common_data(config["n_eval"], d, n, eval_seed)
+        data = shared_prompts(config["n_eval"], d, n, eval_seed)
         noise = dict.fromkeys(spec for src in config["sources"].values() for spec in src["noise"])
         for spec in noise:
-            sigma = _sigma(spec, data["u"])
-            y = _labels(data, sigma)
-            oracle_sq = 0.5 * (bl.oracle_ridge(data["X"], y, data["x_query"], sigma) - data["target"]) ** 2
+            sigma = data.sigma(spec)
+            y = data.labels(sigma)
+            oracle_sq = 0.5 * (bl.oracle_ridge(data.X, y, data.x_query, sigma) - data.target) ** 2
             for name, src in config["sources"].items():
                 if spec not in src["noise"]:
                     continue
@@ -386,8 +387,8 @@ def icl_eval_sets(config: dict, device: str) -> list[dict]:
                     for L in depths:
                         for seed in src["seeds"]:
                             model = trained_model(sources[name], param, L, spec, seed)
-                            pred = it.evaluate(model, data["X"], y, data["x_query"], chunk=config["chunk"])
-                            adj = 0.5 * (pred - data["target"]) ** 2 - oracle_sq
+                            pred = it.evaluate(model, data.X, y, data.x_query, chunk=config["chunk"])
+                            adj = 0.5 * (pred - data.target) ** 2 - oracle_sq
                             worst = int(torch.argmax(adj))
                             mean, trimmed = float(adj.mean()), bl.trimmed_mean(adj, config["trim"])
                             rows.append(

@@ -17,10 +17,10 @@ import torch
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment
-from attnlab.experiments.icl_core import _common_data, _labels, _rows, _sigma
-from attnlab.experiments.icl_recipe import _BOOK, _CPU
+from attnlab.experiments.in_context.recipe import BOOK, CPU
+from attnlab.experiments.in_context.table import table_rows
 from attnlab.models import DecayedLinearTransformer, LinearTransformer
-from attnlab.tasks.icl_regression import MixedNoiseRegression
+from attnlab.tasks.icl_regression import MixedNoiseRegression, shared_prompts
 from attnlab.train import train
 
 # ------------------------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ from attnlab.train import train
 # chapter 05 looks inside, three seeds each, with their weights; DIAG with 3 layers is there for the
 # re-run rule (a model worse than a shallower one of its kind is re-run).
 _TRAINED_CPU = dict(
-    _CPU,
+    CPU,
     params=["diag", "full"],
     depths={"diag": [3, 4, 7], "full": [4]},
     noise=["uniform:0", "uniform:1", "uniform:3", "uniform:5", "uniform:7"],
@@ -44,7 +44,7 @@ _TRAINED_CPU = dict(
 @experiment(
     "icl_trained_models",
     book={
-        **_BOOK,
+        **BOOK,
         "params": ["gdpp", "diag", "full"],
         "depths": {"gdpp": [4], "diag": [2, 4], "full": [2]},
         "noise": ["uniform:5"],
@@ -66,7 +66,7 @@ _TRAINED_CPU = dict(
     "recipe of Table 1, with their weights (chapter 05); paper: the same with the paper's optimisation",
 )
 def icl_trained_models(config: dict, device: str) -> tuple[list[dict], dict]:
-    return _rows(config, device)
+    return table_rows(config, device)
 
 
 def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) -> LinearTransformer:
@@ -153,12 +153,12 @@ def icl_decay(config: dict, device: str) -> list[dict]:
             record="mean",
             record_every=config["steps"],
         )
-        data = _common_data(config["n_eval"], d, n, config["eval_seed"])
-        sigma = _sigma(config["noise"], data["u"])
-        y = _labels(data, sigma)
-        oracle_sq = 0.5 * (bl.oracle_ridge(data["X"], y, data["x_query"], sigma) - data["target"]) ** 2
-        pred = it.evaluate(model, data["X"], y, data["x_query"], chunk=2000)  # [M, B]
-        adj = (0.5 * (pred - data["target"]) ** 2 - oracle_sq).mean(-1)  # [M]
+        data = shared_prompts(config["n_eval"], d, n, config["eval_seed"])
+        sigma = data.sigma(config["noise"])
+        y = data.labels(sigma)
+        oracle_sq = 0.5 * (bl.oracle_ridge(data.X, y, data.x_query, sigma) - data.target) ** 2
+        pred = it.evaluate(model, data.X, y, data.x_query, chunk=2000)  # [M, B]
+        adj = (0.5 * (pred - data.target) ** 2 - oracle_sq).mean(-1)  # [M]
     logit = model.decay_logit.detach()
     rows = []
     for m in range(M):

@@ -18,7 +18,7 @@ scored, on prompts the choice did not see:
   weights nor validation losses, and training them again does not give the same models
   (``icl_table_6k_again``): they cannot be scored without selection on their test prompts.
 
-The target is the table's (:func:`~attnlab.experiments.icl_table1.within`): within 15% of the
+The target is the table's (:func:`~attnlab.experiments.in_context.table1.within`): within 15% of the
 paper's value, or within 0.002 where that is below 0.01. Where the picked seed misses on
 held-out prompts, every seed of the cell is scored there too (``best5``): if none meets the
 target, no choice of seed would. Whether a few prompts carry a miss: :func:`prompts_to_drop`.
@@ -34,8 +34,8 @@ import torch
 from attnlab import baselines as bl
 from attnlab import icl_training as it
 from attnlab.experiments import experiment, load_result
-from attnlab.experiments.icl import trained_model
-from attnlab.experiments.icl_table1 import TABLE1, TABLE1_NOISE, target_halfwidth, within
+from attnlab.experiments.in_context.table1 import TABLE1, TABLE1_NOISE, target_halfwidth, within
+from attnlab.experiments.in_context.trained import trained_model
 from attnlab.models import LinearTransformer
 from attnlab.tasks.icl_regression import Noise, sample_regression
 from attnlab.validation import check_int, check_real

@@ -406,3 +406,65 @@ def icl_beyond_gated_long(config: dict, device: str) -> list[dict]:
 )
 def icl_beyond_gated_normalised(config: dict, device: str) -> list[dict]:
     return _rows(config, device)
+
+
+# The Bayes floor of per-token prompts (chapter 06): the posterior mean of the query's target,
+# averaging the weighted ridge over the levels' posterior (attnlab.token_noise), on icl_beyond's
+# evaluation prompts (the same eval_seed and size, so the same prompts). Gibbs sampling: at the
+# paper scale 8 chains of 440 sweeps per prompt, the first 100 dropped (on chapter 06's prompts a
+# chain mixes in about 2 sweeps for the median prompt and at most about 35); the book scale runs
+# the first n_floor prompts with shorter chains. Rows: one per block of `block` prompts.
+_FLOOR_PAPER = {
+    "d": 10,
+    "n": 20,
+    "noise": "token:0.5,5@0.8,0.2",
+    "n_eval": _PAPER["n_eval"],
+    "eval_seed": _PAPER["eval_seed"],
+    "n_floor": _PAPER["n_eval"],
+    "block": 5_000,
+    "n_chains": 8,
+    "n_sweeps": 440,
+    "burn_in": 100,
+    "n_batches": 10,
+    "seed": 0,
+    "chunk": 5_000,
+}
+
+
+@experiment(
+    "icl_bayes_floor",
+    book=dict(_FLOOR_PAPER, n_floor=5_000, n_chains=8, n_sweeps=25, burn_in=5, n_batches=1),
+    paper=_FLOOR_PAPER,
+    description="The Bayes posterior mean on icl_beyond's per-token prompts: the floor of chapter 06",
+)
+def icl_bayes_floor(config: dict, device: str) -> list[dict]:
+    """Per block of prompts: the Bayes floor's adjusted loss (its mean over the block, the standard
+    error of that mean over prompts, and its Monte Carlo error and bias) and the oracle's loss."""
+    noise = Noise.parse(config["noise"])
+    if not noise.per_token:
+        raise ValueError(f"noise must be a per-token setting 'token:...', got {config['noise']!r}")
+    spec = config["noise"]
+    data = _eval_data([spec], config)
+    N, block = config["n_floor"], config["block"]
+    if not 0 < N <= config["n_eval"] or N % block:
+        raise ValueError(f"n_floor must be in (0, n_eval] and a multiple of block, got {N} and {block}")
+    X, y, xq, t = data["X"][:N], data["y"][spec][:N], data["x_query"][:N], data["target"][:N]
+    oracle_sq = 0.5 * (bl.oracle_ridge(X, y, xq, data["sigma"][spec][:N]) - t) ** 2
+    pred, mc_se = bl.bayes_per_token(
+        *(v.to(device) for v in (X, y, xq)), noise.values, noise.probs, n_sweeps=config["n_sweeps"],
+        burn_in=config["burn_in"], n_chains=config["n_chains"], n_batches=config["n_batches"],
+        generator=make_generator(config["seed"], device=device), chunk=config["chunk"], return_se=True,
+    )  # fmt: skip
+    pred, mc_se = pred.double().cpu(), mc_se.double().cpu()
+    adj, err = 0.5 * (pred - t) ** 2 - oracle_sq, pred - t
+    rows = []
+    for start in range(0, N, block):
+        s = slice(start, start + block)
+        rows.append(
+            {"start": start, "prompts": block, "bayes": float(adj[s].mean()),
+             "bayes_se": float(adj[s].std() / block**0.5),
+             # the Monte Carlo error of the block's mean, and its bias: E(p̂ − t)² = (p − t)² + var p̂
+             "bayes_mc_se": float((err[s] * mc_se[s]).norm() / block),
+             "bayes_mc_bias": float(0.5 * (mc_se[s] ** 2).mean()), "oracle_loss": float(oracle_sq[s].mean())}
+        )  # fmt: skip
+    return rows
