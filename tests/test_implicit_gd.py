@@ -204,3 +204,21 @@ def test_verify_diag_step_right_and_wrong():
         verify_diag_step(lambda *args: args[4])
     with pytest.raises(ValueError, match="step"):
         verify_diag_step(3.0)
+
+
+def test_verify_two_step_step_right_and_wrong():
+    from attnlab.tasks.icl_regression import sample_regression
+    from attnlab.theory.implicit_gd import verify_two_step_step
+
+    # the exercise's answer, by Monte Carlo: 0.05 (1 - 1e-3 lambda) averaged over prompts
+    for s in (0.0, 5.0):
+        b = sample_regression(5000, 10, 20, noise=f"fixed:{s}", generator=3, dtype="float64")
+        mc = float((0.05 * (1 - 1e-3 * (b.y**2).sum(1))).mean())
+        assert "Correct" in verify_two_step_step(mc, sigma=s)
+    assert "Correct" in verify_two_step_step(0.05 * (1 - 1e-3 * 20 * 14), sigma=2.0)
+    with pytest.raises(AssertionError, match="wrong sign"):
+        verify_two_step_step(-0.015, sigma=5.0)
+    with pytest.raises(AssertionError, match="mean step"):  # the noise forgotten in lambda
+        verify_two_step_step(0.05 * (1 - 1e-3 * 20 * 10), sigma=5.0)
+    with pytest.raises(ValueError, match="sigma"):
+        verify_two_step_step(0.04, sigma=-1.0)

@@ -33,6 +33,7 @@ from attnlab.validation import check_finite, check_int, check_real, check_shape
 __all__ = [
     "verify_diag_step",
     "verify_gdpp_layers",
+    "verify_two_step_step",
     "verify_one_layer_optimum",
     "data_statistics",
     "gd_error_bound",
@@ -299,6 +300,33 @@ def verify_one_layer_optimum(
             f"half_mse = {half_mse:.6g} is not the loss at the optimal step (don't forget the 1/2)"
         )
     return "Correct: both the optimal step and its loss match."
+
+
+def verify_two_step_step(
+    step, *, sigma: float, b: float = -1e-3, c: float = -0.05, d: int = 10, n: int = 20, rtol: float = 0.03
+) -> str:
+    """Exercise checker (chapter 05): the mean step size ``-c (1 + b lambda)`` of the two-step update.
+
+    The hand-set pair of DIAG layers (``omega_xy = b``, then ``omega_yx = c``) takes one gradient
+    step of size ``-c (1 + b lambda)``, ``lambda = sum_i y_i^2``; on Gaussian prompts with noise
+    ``sigma``, ``E lambda = n (d + sigma^2)``. Raises ``AssertionError`` unless ``step`` is that
+    mean to ``rtol`` (a Monte-Carlo estimate on a few thousand prompts is well within it).
+    """
+    step = check_real("step", step)
+    sigma = check_real("sigma", sigma, minimum=0.0)
+    b, c = check_real("b", b), check_real("c", c)
+    d, n = check_int("d", d, minimum=1), check_int("n", n, minimum=1)
+    rtol = check_real("rtol", rtol, minimum=0.0)
+    mean_lam = n * (d + sigma**2)
+    exact = -c * (1 + b * mean_lam)
+    if abs(step - exact) > rtol * abs(exact):
+        if abs(step + exact) <= rtol * abs(exact):
+            raise AssertionError(f"step = {step:.4g} has the wrong sign: the readout is -y_t")
+        raise AssertionError(
+            f"step = {step:.4g} is not the mean step: lambda sums the squared labels, whose mean is "
+            "|w|^2 + sigma^2 per token"
+        )
+    return f"Correct: the mean step at sigma = {sigma:g} is {exact:.4g} (lambda = {mean_lam:g} on average)."
 
 
 def gd_error_bound(n_layers: int, kappa: float) -> float:
