@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.ablation import BLOCKS, ablated, ablation_loss
+from attnlab.ablation import BLOCKS, ablated, ablation_loss, term_sizes, top2_outside_share
 from attnlab.models import LinearTransformer
 from attnlab.tasks.icl_regression import sample_regression
 
@@ -80,3 +80,35 @@ def test_bad_input(model, batch):
         ablation_loss(batched, (), *batch[:4])
     with pytest.raises(ValueError, match="target"):
         ablation_loss(model, (), *batch[:3], batch[3][:5])
+
+
+def test_term_sizes_of_one_layer_by_hand(batch):
+    """One layer with only omega_xy = b: |b y_i alpha| over |x|, the other terms 0."""
+    m = LinearTransformer(D, 1, 1, "diag", diag_mode="omega", init_scale=0.0, dtype="float64")
+    with torch.no_grad():
+        m.omega.copy_(torch.tensor([[0.0, -0.07, 0.0, 0.0]], dtype=torch.float64))
+    X, y, xq = batch[:3]
+    sizes = term_sizes(m, X, y, xq)
+    alpha = (X * y[..., None]).sum(1)  # [B, d]
+    by_hand = 0.07 * y.pow(2).sum(1).sqrt() * alpha.norm(dim=-1) / X.pow(2).sum((1, 2)).sqrt()
+    assert sizes.shape == (1, 4) and torch.equal(sizes[0, [0, 2, 3]], torch.zeros(3, dtype=torch.float64))
+    assert float(sizes[0, 1]) == pytest.approx(float(by_hand.median()), rel=1e-12)
+
+
+def test_top2_outside_share():
+    g = torch.Generator().manual_seed(0)
+    u, v = torch.randn(2, 6, 2, generator=g, dtype=torch.float64)
+    u[3:, 0] = v[:3, 0] = u[:3, 1] = v[3:, 1] = 0  # disjoint supports: u v^T has a zero diagonal
+    rank2 = 2 * torch.eye(6, dtype=torch.float64) + u @ v.T  # diag(2 I_5, 2) plus rank two
+    assert float(top2_outside_share(rank2)) == pytest.approx(1.0, rel=1e-12)
+    noise = top2_outside_share(torch.randn(200, 11, 11, generator=g, dtype=torch.float64))
+    assert noise.shape == (200,) and 0.3 < float(noise.mean()) < 0.7
+
+
+def test_term_sizes_and_top2_bad_input(model, batch):
+    with pytest.raises(ValueError, match="model"):
+        term_sizes(LinearTransformer(D, 1, 1, "full"), *batch[:3])
+    with pytest.raises(ValueError, match="X"):
+        term_sizes(model, batch[0][..., :2], *batch[1:3])
+    with pytest.raises(ValueError, match="M must"):
+        top2_outside_share(torch.zeros(3, 4))

@@ -142,3 +142,26 @@ def test_normalised_features_read_each_token_relative_to_its_prompt(batch):
         model.gate.zero_()
     diag = LinearTransformer(D, 1, 2, "diag", init_scale=0.2, seed=1, dtype="float64")
     assert torch.equal(model.predict(*batch[:3]), diag.predict(*batch[:3]))
+
+
+def test_gate_quantiles_and_constant_gates(batch):
+    model = gated(2)
+    q = model.gate_quantiles(*batch[:3], q=(0.0, 0.5, 1.0))
+    assert q.shape == (2, 3) and (q[:, 0] <= q[:, 1]).all() and (q[:, 1] <= q[:, 2]).all()
+    Z = build_tokens(*batch[:3])
+    first = model.gates(Z[..., :N], 0).detach()
+    assert float(q[0, 0]) == pytest.approx(float(first.min()), rel=1e-12)
+    assert float(q[0, 2]) == pytest.approx(float(first.max()), rel=1e-12)
+    fixed = model.with_constant_gates(torch.tensor([0.5, 2.0]))
+    assert not any(p.requires_grad for p in fixed.parameters())
+    assert torch.allclose(fixed.gates(Z[..., :N], 0), torch.full_like(first, 0.5), rtol=1e-12, atol=0)
+    assert torch.allclose(fixed.gates(Z[..., :N], 1), torch.full_like(first, 2.0), rtol=0, atol=1e-8)
+    assert torch.equal(fixed.omegas(), model.omegas())  # the omegas are kept
+    with pytest.raises(ValueError, match="q must"):
+        model.gate_quantiles(*batch[:3], q=(0.5, 1.5))
+    with pytest.raises(ValueError, match="g must"):
+        model.with_constant_gates([0.0, 1.0])
+    with pytest.raises(ValueError, match="g"):
+        model.with_constant_gates([1.0])
+    with pytest.raises(ValueError, match="one model"):
+        gated(2, batch_shape=(2,)).with_constant_gates([1.0, 1.0])

@@ -90,18 +90,14 @@ def test_gated_long_keeps_the_omegas_that_rebuild_its_gated_models():
     omega = {(r["seed"], r["layer"]): r for r in res.rows if r["kind"] == "gate_omega"}
     assert gate.keys() == omega.keys() and len(omega) == res.config["gated_depth"] * res.config["n_seeds"]
     # Rebuilt from its rows, the gated model scores what the experiment measured (same prompts).
+    from attnlab.experiments.in_context import trained_gated_model
     from attnlab.experiments.in_context.beyond import _eval_data
-    from attnlab.models import GatedLinearTransformer
 
-    L, spec = res.config["gated_depth"], res.config["gated_noise"][0]
-    m = GatedLinearTransformer(10, L, diag_mode="omega", init_scale=0.0, dtype="float64")
-    with torch.no_grad():
-        m.gate.copy_(torch.tensor([[gate[(0, l + 1)][k] for k in "abc"] for l in range(L)]))
-        m.omega.copy_(
-            torch.tensor(
-                [[omega[(0, l + 1)][f"omega_{k}"] for k in ("xx", "xy", "yx", "yy")] for l in range(L)]
-            )
-        )
+    spec = res.config["gated_noise"][0]
+    m = trained_gated_model(res, 0)
+    assert m.n_layers == res.config["gated_depth"] and not any(p.requires_grad for p in m.parameters())
+    with pytest.raises(ValueError, match="seed"):
+        trained_gated_model(res, 99)
     data = _eval_data([spec], res.config)
     with torch.no_grad():
         loss = 0.5 * ((m.predict(data["X"], data["y"][spec], data["x_query"]) - data["target"]) ** 2).mean()

@@ -164,3 +164,17 @@ def test_bad_tokens_and_conditioned_input():
         sample_conditioned_regression(2, kappa=0.5)
     with pytest.raises(ValueError, match="n"):
         sample_conditioned_regression(2, d=5, n=3, kappa=2.0)
+
+
+def test_verify_label_energy_right_and_wrong():
+    from attnlab.tasks.icl_regression import verify_label_energy
+
+    b = sample_regression(20_000, 10, 20, noise="token:0.5,5@0.8,0.2", generator=1, dtype="float64")
+    answer = [float((b.y[b.sigma == s] ** 2).mean()) for s in (0.5, 5.0)]
+    assert "Correct" in verify_label_energy(answer, levels=[0.5, 5.0])
+    with pytest.raises(AssertionError, match="adds"):  # the signal forgotten: sigma^2 alone
+        verify_label_energy([0.25, 25.0], levels=[0.5, 5.0])
+    with pytest.raises(AssertionError, match="not"):  # d sigma^2
+        verify_label_energy([2.5, 250.0], levels=[0.5, 5.0])
+    with pytest.raises(ValueError, match="one value per level"):
+        verify_label_energy([10.25], levels=[0.5, 5.0])

@@ -165,3 +165,60 @@ def test_layer_counts_for_gd_and_gdpp():
         gdpp_layers_needed(10.0, 0.0)
     with pytest.raises(ValueError, match="max_layers"):
         gdpp_layers_needed(10.0, 1e-30, max_layers=5)
+
+
+def _diag_step(omegas, Sigma, alpha, lam, M, u, a, w):
+    """The DIAG recursion written out (the solution of chapter 02's exercise)."""
+    xx, xy, yx, yy = omegas
+    Sig_l, alpha_l, lam_l = layer_statistics(Sigma, alpha, lam, M, u, a, w)
+    IA = torch.eye(M.shape[-1], dtype=M.dtype) + xx * Sig_l
+    b, c, delta = xy * alpha_l, yx * alpha_l, yy * lam_l
+    return (
+        IA @ M - b[:, :, None] * w[:, None, :],
+        torch.einsum("bij,bj->bi", IA, u) + a[:, None] * b,
+        (1 + delta) * a + (c * u).sum(-1),
+        (1 + delta)[:, None] * w - torch.einsum("bji,bj->bi", M, c),
+    )
+
+
+def test_verify_diag_step_right_and_wrong():
+    from attnlab.theory.implicit_gd import verify_diag_step
+
+    assert "Correct" in verify_diag_step(_diag_step)
+    assert "Correct" in verify_diag_step(_diag_step, d=2, n=5, n_layers=2, seed=3)
+
+    def wrong_sign(omegas, Sigma, alpha, lam, M, u, a, w):  # w + M^T c instead of w - M^T c
+        M1, u1, a1, w1 = _diag_step(omegas, Sigma, alpha, lam, M, u, a, w)
+        c = omegas[2] * layer_statistics(Sigma, alpha, lam, M, u, a, w)[1]
+        return M1, u1, a1, w1 + 2 * torch.einsum("bji,bj->bi", M, c)
+
+    def data_statistics_instead(omegas, Sigma, alpha, lam, M, u, a, w):  # forgets the current tokens
+        eye, zero = torch.eye(M.shape[-1], dtype=M.dtype).expand_as(M), torch.zeros_like(u)
+        return _diag_step(omegas, Sigma, alpha, lam, eye, zero, torch.ones_like(a), zero)
+
+    with pytest.raises(AssertionError, match="w after layer 1"):
+        verify_diag_step(wrong_sign)
+    with pytest.raises(AssertionError, match="after layer 2"):
+        verify_diag_step(data_statistics_instead)
+    with pytest.raises(AssertionError, match="four quantities"):
+        verify_diag_step(lambda *args: args[4])
+    with pytest.raises(ValueError, match="step"):
+        verify_diag_step(3.0)
+
+
+def test_verify_two_step_step_right_and_wrong():
+    from attnlab.tasks.icl_regression import sample_regression
+    from attnlab.theory.implicit_gd import verify_two_step_step
+
+    # the exercise's answer, by Monte Carlo: 0.05 (1 - 1e-3 lambda) averaged over prompts
+    for s in (0.0, 5.0):
+        b = sample_regression(5000, 10, 20, noise=f"fixed:{s}", generator=3, dtype="float64")
+        mc = float((0.05 * (1 - 1e-3 * (b.y**2).sum(1))).mean())
+        assert "Correct" in verify_two_step_step(mc, sigma=s)
+    assert "Correct" in verify_two_step_step(0.05 * (1 - 1e-3 * 20 * 14), sigma=2.0)
+    with pytest.raises(AssertionError, match="wrong sign"):
+        verify_two_step_step(-0.015, sigma=5.0)
+    with pytest.raises(AssertionError, match="mean step"):  # the noise forgotten in lambda
+        verify_two_step_step(0.05 * (1 - 1e-3 * 20 * 10), sigma=5.0)
+    with pytest.raises(ValueError, match="sigma"):
+        verify_two_step_step(0.04, sigma=-1.0)

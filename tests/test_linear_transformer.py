@@ -474,3 +474,35 @@ def test_gram_half_mse_in_one_pass_equals_the_loss_of_the_predictions(param, dty
 
     with pytest.raises(ValueError, match="target"):
         model.gram_half_mse(G, e_t, target[..., :-1])
+
+
+def test_verify_gd_weights_right_and_wrong(batch):
+    from attnlab.models import verify_gd_weights
+
+    eta = 0.03
+    alpha = torch.einsum("bn,bnd->bd", batch.y, batch.X)
+    w1 = eta * alpha
+    resid = batch.y - torch.einsum("bnd,bd->bn", batch.X, w1)
+    w2 = w1 + eta * torch.einsum("bn,bnd->bd", resid, batch.X)
+    assert "Correct" in verify_gd_weights(w1, batch.X, batch.y, eta=eta, n_layers=1)
+    assert "Correct" in verify_gd_weights(w2, batch.X, batch.y, eta=eta, n_layers=2)
+    with pytest.raises(AssertionError, match="residuals"):
+        verify_gd_weights(2 * w1, batch.X, batch.y, eta=eta, n_layers=2)  # the raw labels twice
+    with pytest.raises(ValueError, match="w must have shape"):
+        verify_gd_weights(w2[:, :2], batch.X, batch.y, eta=eta, n_layers=2)
+    with pytest.raises(ValueError, match="n_layers"):
+        verify_gd_weights(w2, batch.X, batch.y, eta=eta, n_layers=0)
+
+
+def test_verify_gdpp_bounds_right_and_wrong():
+    from attnlab.models import verify_gdpp_bounds
+
+    mu, nu = 0.01, 2.0
+    gamma = 1 / (3 * nu)
+    assert "Correct" in verify_gdpp_bounds(mu * (1 - gamma * mu) ** 2, 4 * nu / 9, mu=mu, nu=nu)
+    with pytest.raises(AssertionError, match="nu_next"):
+        verify_gdpp_bounds(mu * (1 - gamma * mu) ** 2, nu, mu=mu, nu=nu)
+    with pytest.raises(AssertionError, match="mu_next"):
+        verify_gdpp_bounds(mu * (1 - mu / nu) ** 2, 4 * nu / 9, mu=mu, nu=nu)  # gamma = 1/nu
+    with pytest.raises(ValueError, match="mu_next"):
+        verify_gdpp_bounds("a", 1.0, mu=mu, nu=nu)

@@ -18,7 +18,14 @@ library is defined here (and nowhere else):
 
 from attnlab.models.decayed_linear_transformer import DecayedLinearTransformer
 from attnlab.models.gated_linear_transformer import GATE_FEATURES, GatedLinearTransformer
-from attnlab.models.gd_constructions import gd_construction, gdpp_construction, gdpp_schedule, one_step_gd
+from attnlab.models.gd_constructions import (
+    gd_construction,
+    gdpp_construction,
+    gdpp_schedule,
+    one_step_gd,
+    verify_gd_weights,
+    verify_gdpp_bounds,
+)
 from attnlab.models.linear_attention import LinearSelfAttention, SoftmaxSelfAttention
 from attnlab.models.linear_transformer import (
     LinearTransformer,
@@ -58,4 +65,6 @@ __all__ = [
     "gdpp_schedule",
     "one_step_gd",
     "spectral_inputs",
+    "verify_gd_weights",
+    "verify_gdpp_bounds",
 ]

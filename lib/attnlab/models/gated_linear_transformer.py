@@ -9,12 +9,14 @@ earlier layer wrote into ``y_j`` and down-weight a token that does not fit (expe
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from attnlab.models.linear_transformer import LinearTransformer
+from attnlab.tasks.icl_regression import build_tokens
 from attnlab.validation import check_choice, check_shape
 
 #: The features of a token that its gate reads, in the order of the gate's coefficients.
@@ -77,6 +79,44 @@ class GatedLinearTransformer(LinearTransformer):
             y2 = y2 / y2.mean(-1, keepdim=True).clamp_min(tiny)
             x2 = x2 / x2.mean(-1, keepdim=True).clamp_min(tiny)
         return 2 * torch.sigmoid(a + b * y2 + c * x2)
+
+    def gate_quantiles(self, X, y, x_query, q=(0.05, 0.5, 0.95)) -> torch.Tensor:
+        """``[n_layers, len(q)]``: quantiles ``q`` of every layer's gates over the context tokens.
+
+        The gates of the tokens of the prompts ``X [B, n, d]``, ``y [B, n]``, ``x_query [B, d]``
+        as they enter each layer, all prompts and tokens pooled. One model (no models dimensions).
+        """
+        if self.batch_shape:
+            raise ValueError(f"the model must be one model, got batch_shape {self.batch_shape}")
+        q = torch.as_tensor(q, dtype=torch.float64)
+        if q.ndim != 1 or len(q) == 0 or not ((q >= 0) & (q <= 1)).all():
+            raise ValueError(f"q must be a non-empty list of quantiles in [0, 1], got {q.tolist()}")
+        X = torch.as_tensor(X)
+        check_shape("X", X, (None, None, self.d))
+        n = X.shape[-2]
+        with torch.no_grad():
+            states = self.hidden_states(build_tokens(X, y, x_query))
+            gates = [self.gates(states[l][..., :n], l).flatten() for l in range(self.n_layers)]
+        return torch.stack([torch.quantile(g.double(), q) for g in gates])
+
+    def with_constant_gates(self, g) -> GatedLinearTransformer:
+        """A frozen copy whose gates are the constants ``g [n_layers]`` (one per layer), in (0, 2].
+
+        Only ``a_l`` is kept (``2 sigmoid(a_l) = g_l``), ``b_l = c_l = 0``; a gate of 2 (a
+        saturated gate, as float rounding gives) is taken as ``2 - 1e-9``. One model.
+        """
+        if self.batch_shape:
+            raise ValueError(f"the model must be one model, got batch_shape {self.batch_shape}")
+        g = torch.as_tensor(g, dtype=torch.float64)
+        check_shape("g", g, (self.n_layers,))
+        if not ((g > 0) & (g <= 2)).all():
+            raise ValueError(f"g must hold gates in (0, 2], got {g.tolist()}")
+        g = g.clamp(max=2 - 1e-9)
+        out = copy.deepcopy(self).requires_grad_(False)
+        with torch.no_grad():
+            out.gate.zero_()
+            out.gate[:, 0] = torch.log(g / (2 - g)).to(out.gate.dtype)
+        return out
 
     def _context_gram(self, ctx, layer):
         return (ctx * self.gates(ctx, layer)[..., None, :]) @ ctx.transpose(-1, -2)

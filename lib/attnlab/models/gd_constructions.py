@@ -1,7 +1,8 @@
 """Hand-set weights of Part III: one step of GD, ``L`` steps of GD, and GD++ (paper C, Thm 5.1).
 
-Each function returns a :class:`attnlab.models.LinearTransformer` whose weights implement the
-construction (chapters 01 and 03).
+Each construction returns a :class:`attnlab.models.LinearTransformer` whose weights implement it
+(chapters 01 and 03); :func:`verify_gd_weights` and :func:`verify_gdpp_bounds` check a reader's
+answers to the exercises on them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.models.linear_transformer import LinearTransformer
-from attnlab.validation import check_int, check_real
+from attnlab.validation import check_int, check_real, check_shape
 
 
 def _set_omegas(model: LinearTransformer, omegas) -> LinearTransformer:
@@ -103,3 +104,48 @@ def gdpp_construction(
     om[:-1, 0] = -torch.tensor(sched["gamma"], dtype=torch.float64)
     om[-1, 2] = -sched["eta"]
     return _set_omegas(model, om)
+
+
+def verify_gd_weights(w, X, y, *, eta: float, n_layers: int, rtol: float = 1e-8) -> str:
+    """Exercise checker (chapter 01): are ``w [B, d]`` the weights after ``n_layers`` GD steps?
+
+    The weights of :func:`gd_construction` are read off its forward pass, one query per basis
+    vector (its prediction is ``<w^L, x_t>``), so the check does not use the GD formula. Raises
+    ``AssertionError`` unless ``w`` matches them to ``rtol`` (relative to their largest entry).
+    """
+    for name, t in (("X", X), ("y", y)):
+        if not isinstance(t, torch.Tensor) or not torch.is_floating_point(t):
+            raise ValueError(f"{name} must be a floating-point torch tensor")
+    B, _, d = check_shape("X", X, (None, None, None)).shape
+    check_shape("y", y, (B, X.shape[1]))
+    w = check_shape("w", torch.as_tensor(w, dtype=X.dtype), (B, d))
+    eta = check_real("eta", eta)
+    n_layers = check_int("n_layers", n_layers, minimum=1)
+    model = gd_construction(d, n_layers, eta, dtype=X.dtype)
+    with torch.no_grad():
+        basis = torch.eye(d, dtype=X.dtype)
+        w_model = torch.stack([model.predict(X, y, basis[j].expand(B, d)) for j in range(d)], dim=1)
+    scale = w_model.abs().max().item()
+    gap = (w - w_model).abs().max().item()
+    if gap > rtol * scale:
+        raise AssertionError(
+            f"w is off by {gap:.3g} (weights of size {scale:.3g}): each step must use the residuals "
+            "y_i - <w, x_i> of the previous step's weights"
+        )
+    return f"Correct: these are the implicit weights after {n_layers} GD layers."
+
+
+def verify_gdpp_bounds(mu_next, nu_next, *, mu: float, nu: float, rtol: float = 1e-9) -> str:
+    """Exercise checker (chapter 03): the spectrum bounds after one GD++ layer with ``gamma = 1/(3 nu)``.
+
+    Raises ``AssertionError`` unless ``(mu_next, nu_next)`` are ``f(mu), f(nu)`` with
+    ``f(lam) = lam (1 - gamma lam)^2`` (:func:`gdpp_schedule`).
+    """
+    mu_next = check_real("mu_next", mu_next)
+    nu_next = check_real("nu_next", nu_next)
+    sched = gdpp_schedule(2, mu, nu)
+    if abs(nu_next - sched["nu"][1]) > rtol * sched["nu"][1]:
+        raise AssertionError(f"nu_next = {nu_next:.6g} is not f(nu): evaluate lam (1 - gamma lam)^2 at nu")
+    if abs(mu_next - sched["mu"][1]) > rtol * sched["mu"][1]:
+        raise AssertionError(f"mu_next = {mu_next:.6g} is not f(mu): f is increasing below 1/(3 gamma)")
+    return f"Correct: the ratio grows from {mu / nu:.4g} to {mu_next / nu_next:.4g}."

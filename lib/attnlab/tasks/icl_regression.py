@@ -56,6 +56,7 @@ __all__ = [
     "sample_conditioned_regression",
     "sample_regression",
     "shared_prompts",
+    "verify_label_energy",
 ]
 
 
@@ -381,3 +382,30 @@ def sample_conditioned_regression(
     target = torch.einsum("bd,bd->b", x_query, w)
     sig = torch.zeros(batch_size, dtype=torch.float64)
     return RegressionBatch(*(t.to(dtype) for t in (X, y, x_query, target, sig, w)))
+
+
+def verify_label_energy(energies, *, levels, d: int = 10, rtol: float = 0.03) -> str:
+    """Exercise checker (chapter 06): the mean squared label ``E y_j^2`` of a token at each noise level.
+
+    With ``w, x_j ~ N(0, I_d)`` and ``y_j = <w, x_j> + sigma_j xi_j``, ``E y_j^2 = d + sigma_j^2``.
+    ``energies`` holds one value per entry of ``levels``; raises ``AssertionError`` unless each is
+    within ``rtol`` of it.
+    """
+    levels = [check_real("levels", s, minimum=0.0) for s in np.atleast_1d(levels)]
+    values = [check_real("energies", e) for e in np.atleast_1d(energies)]
+    if len(values) != len(levels):
+        raise ValueError(f"energies must have one value per level ({len(levels)}), got {len(values)}")
+    d = check_int("d", d, minimum=1)
+    rtol = check_real("rtol", rtol, minimum=0.0)
+    for s, e in zip(levels, values, strict=True):
+        exact = d + s**2
+        if abs(e - exact) > rtol * exact:
+            hint = (
+                "the signal <w, x_j> adds |w|^2 (about d)"
+                if abs(e - s**2) < rtol * exact
+                else "E y^2 = E <w, x>^2 + sigma^2"
+            )
+            raise AssertionError(f"the energy at sigma = {s:g} is {e:.4g}, not {exact:.4g}: {hint}")
+    return "Correct: E y_j^2 = d + sigma_j^2 at every level; " + ", ".join(
+        f"{d + s**2:g} at sigma = {s:g}" for s in levels
+    )

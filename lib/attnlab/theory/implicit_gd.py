@@ -18,6 +18,7 @@ themselves functions of ``(M, u, a, w)`` and of the data's ``Sigma, alpha, lambd
 with :meth:`LinearTransformer.hidden_states` is a real check (chapter 02).
 
 Lemma 4.4 (:func:`momentum_form`) rewrites the DIAG recursion as gradient descent with momentum.
+The ``verify_*`` functions check a reader's answers to the exercises of chapters 01 to 03.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import torch
 from attnlab.validation import check_finite, check_int, check_real, check_shape
 
 __all__ = [
+    "verify_diag_step",
     "verify_gdpp_layers",
+    "verify_two_step_step",
     "verify_one_layer_optimum",
     "data_statistics",
     "gd_error_bound",
@@ -224,6 +227,49 @@ def momentum_form(model, X: torch.Tensor, y: torch.Tensor) -> dict:
     return out
 
 
+def verify_diag_step(step, *, d: int = 3, n: int = 8, n_layers: int = 3, seed: int = 0) -> str:
+    """Exercise checker (chapter 02): does ``step`` make one layer of the DIAG recursion?
+
+    ``step(omegas, Sigma, alpha, lam, M, u, a, w)`` takes one layer's ``(omega_xx, omega_xy,
+    omega_yx, omega_yy)`` (four floats), the data's statistics (``Sigma [B, d, d]``, ``alpha [B, d]``,
+    ``lam [B]``, as :func:`data_statistics` returns them) and the state after ``l`` layers
+    (``M [B, d, d]``, ``u [B, d]``, ``a [B]``, ``w [B, d]``), and returns the state after ``l + 1``.
+    It is run on a random two-head DIAG model with ``n_layers`` layers, each layer from the exact
+    state of :func:`implicit_state`; raises ``AssertionError`` naming the first quantity and layer
+    that differ (relative error above ``1e-9``).
+    """
+    from attnlab.models import LinearTransformer
+    from attnlab.tasks.icl_regression import sample_regression
+
+    if not callable(step):
+        raise ValueError(f"step must be a function of (omegas, Sigma, alpha, lam, M, u, a, w), got {step!r}")
+    seed = check_int("seed", seed, minimum=0)
+    model = LinearTransformer(d, n_layers, 2, "diag", init_scale=0.3, seed=seed, dtype="float64")
+    data = sample_regression(16, d, n, noise="uniform:1", generator=seed, dtype="float64")
+    state = implicit_state(model, data.X, data.y)
+    stats = data_statistics(data.X, data.y)
+    omegas = model.omegas().detach().tolist()
+    names = ("M", "u", "a", "w")
+    for layer in range(n_layers):
+        now = tuple(state[k][layer].clone() for k in names)
+        out = step(tuple(omegas[layer]), *stats, *now)
+        if not isinstance(out, tuple | list) or len(out) != 4:
+            raise AssertionError("step must return the four quantities (M, u, a, w) after the layer")
+        for name, mine in zip(names, out, strict=True):
+            exact = state[name][layer + 1]
+            mine = torch.as_tensor(mine, dtype=exact.dtype)
+            if mine.shape != exact.shape:
+                raise AssertionError(
+                    f"{name} after layer {layer + 1} has shape {list(mine.shape)}, not {list(exact.shape)}"
+                )
+            if ((mine - exact).abs().max() / exact.abs().max().clamp_min(1e-300)).item() > 1e-9:
+                raise AssertionError(
+                    f"{name} after layer {layer + 1} differs from the recursion: recheck A, b, c, delta "
+                    "of the DIAG layer and the statistics of the current tokens"
+                )
+    return f"Correct: your step matches the recursion on {n_layers} layers of a random DIAG model."
+
+
 def one_layer_optimum(d: int, n: int, mean_sigma2: float = 0.0) -> dict:
     """The best one-layer linear transformer on ``w, x ~ N(0, I)`` regression (chapter 01).
 
@@ -254,6 +300,33 @@ def verify_one_layer_optimum(
             f"half_mse = {half_mse:.6g} is not the loss at the optimal step (don't forget the 1/2)"
         )
     return "Correct: both the optimal step and its loss match."
+
+
+def verify_two_step_step(
+    step, *, sigma: float, b: float = -1e-3, c: float = -0.05, d: int = 10, n: int = 20, rtol: float = 0.03
+) -> str:
+    """Exercise checker (chapter 05): the mean step size ``-c (1 + b lambda)`` of the two-step update.
+
+    The hand-set pair of DIAG layers (``omega_xy = b``, then ``omega_yx = c``) takes one gradient
+    step of size ``-c (1 + b lambda)``, ``lambda = sum_i y_i^2``; on Gaussian prompts with noise
+    ``sigma``, ``E lambda = n (d + sigma^2)``. Raises ``AssertionError`` unless ``step`` is that
+    mean to ``rtol`` (a Monte-Carlo estimate on a few thousand prompts is well within it).
+    """
+    step = check_real("step", step)
+    sigma = check_real("sigma", sigma, minimum=0.0)
+    b, c = check_real("b", b), check_real("c", c)
+    d, n = check_int("d", d, minimum=1), check_int("n", n, minimum=1)
+    rtol = check_real("rtol", rtol, minimum=0.0)
+    mean_lam = n * (d + sigma**2)
+    exact = -c * (1 + b * mean_lam)
+    if abs(step - exact) > rtol * abs(exact):
+        if abs(step + exact) <= rtol * abs(exact):
+            raise AssertionError(f"step = {step:.4g} has the wrong sign: the readout is -y_t")
+        raise AssertionError(
+            f"step = {step:.4g} is not the mean step: lambda sums the squared labels, whose mean is "
+            "|w|^2 + sigma^2 per token"
+        )
+    return f"Correct: the mean step at sigma = {sigma:g} is {exact:.4g} (lambda = {mean_lam:g} on average)."
 
 
 def gd_error_bound(n_layers: int, kappa: float) -> float:

@@ -47,7 +47,7 @@ from attnlab.experiments.in_context.reproduce import (
 )
 from attnlab.experiments.in_context.table import table_rows
 from attnlab.experiments.in_context.table1 import TABLE1, TABLE1_NOISE, within
-from attnlab.experiments.in_context.trained import trained_model
+from attnlab.experiments.in_context.trained import trained_gated_model, trained_model
 
 __all__ = [
     "CPU_TABLE_RUNS",
@@ -73,6 +73,7 @@ __all__ = [
     "table_commands",
     "table_rows",
     "trained",
+    "trained_gated_model",
     "trained_model",
     "within",
 ]

@@ -2,7 +2,8 @@
 
 - ``icl_trained_models``: the CPU recipe on DIAG with 3, 4 and 7 layers and FULL with 4, three
   seeds each, with their weights; :func:`trained_model` rebuilds one as a
-  :class:`~attnlab.models.LinearTransformer`.
+  :class:`~attnlab.models.LinearTransformer`; :func:`trained_gated_model` rebuilds a gated model
+  of chapter 06's runs that kept their omegas.
 - ``icl_decay``: the reviewers' "other variants" question: linear attention whose keys decay with
   their distance from the query (RetNet-like), with the decay learned or fixed.
 """
@@ -19,7 +20,7 @@ from attnlab import icl_training as it
 from attnlab.experiments import experiment
 from attnlab.experiments.in_context.recipe import BOOK, CPU
 from attnlab.experiments.in_context.table import table_rows
-from attnlab.models import DecayedLinearTransformer, LinearTransformer
+from attnlab.models import DecayedLinearTransformer, GatedLinearTransformer, LinearTransformer
 from attnlab.tasks.icl_regression import MixedNoiseRegression, shared_prompts
 from attnlab.train import train
 
@@ -84,6 +85,38 @@ def trained_model(result, param: str, n_layers: int, noise: str, seed: int = 0) 
         )
     weights = json.loads(found[0]) if isinstance(found[0], str) else found[0]
     model = LinearTransformer.from_packed(np.asarray(weights, dtype=np.float64), result.config["d"], param)
+    return model.requires_grad_(False)
+
+
+def trained_gated_model(result, seed: int, noise: str | None = None) -> GatedLinearTransformer:
+    """The gated model ``seed`` of a result that kept its omegas (rows ``"gate"``, ``"gate_omega"``).
+
+    ``result``: an ``icl_beyond*`` result run with ``keep_omegas``; ``noise`` is needed only if it
+    trained gated models on more than one noise. Frozen, in float64, with the result's gate features.
+    """
+    rows = {}
+    for kind in ("gate", "gate_omega"):
+        found = [r for r in result.rows if r["kind"] == kind and r["seed"] == seed]
+        found = [r for r in found if noise is None or r["noise"] == noise]
+        rows[kind] = sorted(found, key=lambda r: r["layer"])
+    gate, omega = rows["gate"], rows["gate_omega"]
+    if not gate or len(gate) != len(omega) or len({r["noise"] for r in gate}) != 1:
+        raise ValueError(
+            f"seed/noise ({seed}, {noise!r}) must name one gated model whose omegas the result kept, "
+            f"found {len(gate)} gate rows and {len(omega)} omega rows"
+        )
+    model = GatedLinearTransformer(
+        result.config["d"],
+        len(gate),
+        diag_mode="omega",
+        features=result.config.get("gate_features", "raw"),
+        init_scale=0.0,
+        dtype="float64",
+    )
+    with torch.no_grad():
+        model.gate.copy_(torch.tensor([[r[k] for k in "abc"] for r in gate], dtype=torch.float64))
+        blocks = ("omega_xx", "omega_xy", "omega_yx", "omega_yy")
+        model.omega.copy_(torch.tensor([[r[k] for k in blocks] for r in omega], dtype=torch.float64))
     return model.requires_grad_(False)
 
 
