@@ -824,3 +824,23 @@ def test_cells_are_the_best_seeds_that_table1_has_scored_by_the_target():
         label("gauss:3")
     with pytest.raises(ValueError, match="result"):
         cells([1, 2])
+
+
+def test_the_recipes_validation_prompts_are_the_committed_runs():
+    # a stored 3-layer DIAG model evaluated on the recipe's validation prompts gives the validation
+    # loss its run committed (float64, same prompts): a change of their seed or size fails
+    from attnlab.experiments.in_context.recipe import Recipe
+
+    res = ex.load_result("icl_table_diag3", "cpu")
+    config = ex.get(res.name).config(res.scale, res.config)
+    recipe = Recipe.from_config({**config, "part": "all"})  # the run was trained in parts, merged
+    noise, seed = "uniform:3", 1
+    (row,) = [
+        r
+        for r in res.rows
+        if r["kind"] == "table"
+        and (r["param"], r["n_layers"], r["noise"], r["seed"]) == ("diag", 3, noise, seed)
+    ]
+    model = trained_model(res, "diag", 3, noise, seed)
+    val = float(recipe.validation.adjusted(model, noise)[0].mean())
+    assert val == pytest.approx(row["adjusted_val"], rel=1e-9)

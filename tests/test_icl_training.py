@@ -160,3 +160,22 @@ def test_diagonal_mass():
     assert torch.isclose(it.diagonal_mass(mixed), (total - 0.9) / total)
     with pytest.raises(ValueError, match="P"):
         it.diagonal_mass(torch.zeros(3, 4))
+
+
+def test_the_retry_rule_compares_a_model_with_the_best_shallower_one():
+    # DIAG at 1, 2 and 3 layers, one noise setting, two seeds: the 3-layer model of seed 0 is worse
+    # than 1.1 times the best shallower model (1 layer) but better than the worst (2 layers)
+    from types import SimpleNamespace
+
+    val = {
+        ("diag", 1): np.array([[1.0, 1.0]]),
+        ("diag", 2): np.array([[3.0, 1.0]]),
+        ("diag", 3): np.array([[2.0, 1.05]]),
+        ("full", 3): np.array([[0.5, np.inf]]),  # another parametrisation: no shallower model
+    }
+    groups = {k: SimpleNamespace(diverged=np.zeros((1, 2), bool)) for k in val}
+    failed = it._failed(SimpleNamespace(groups=groups), val, fail_ratio=1.1)
+    assert failed[("diag", 3)].tolist() == [[True, False]]
+    assert failed[("diag", 2)].tolist() == [[True, False]]
+    assert failed[("diag", 1)].tolist() == [[False, False]]
+    assert failed[("full", 3)].tolist() == [[False, True]]  # a non-finite loss fails

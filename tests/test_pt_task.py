@@ -95,6 +95,16 @@ def test_fit_positional_linear_recovers_a_positional_target():
         ps.fit_positional_linear(z, y, lam=-1.0)
 
 
+def test_linear_error_is_half_the_squared_residual_per_dimension():
+    # one sample, d = 2, B = 0: the residual is -y, so the error is ||y||^2 / (2d) = 9 / 4
+    y = torch.tensor([[[[1.0, 2.0], [0.0, 2.0]]]], dtype=torch.float64)  # [seeds, n, 2, d]
+    z = torch.ones_like(y)
+    B = torch.zeros(1, 2, 2, dtype=torch.float64)
+    assert ps.linear_error(B, z, y).item() == pytest.approx(2.25, rel=1e-12)
+    # the mean over samples, not the sum: two copies of the same sample give the same error
+    assert ps.linear_error(B, z.repeat(1, 2, 1, 1), y.repeat(1, 2, 1, 1)).item() == pytest.approx(2.25)
+
+
 def test_verify_overlaps_exercise():
     assert ps.verify_overlaps({"positional": (0, 0), "semantic": (0, 0.25)}) == "correct"
     with pytest.raises(ValueError, match="semantic"):
