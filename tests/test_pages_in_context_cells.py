@@ -104,3 +104,21 @@ def test_results_table_refuses_other_results(cpu_run):
         nc.results_table("icl_mixed_noise")
     with pytest.raises(ValueError, match="icl_baselines"):
         nc.results_table(cpu_run, SimpleNamespace(rows=[{"noise": "uniform:0"}]))
+
+
+def test_ratio_map_boxes_every_met_cell(cpu_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rt = nc.results_table(cpu_run)
+    fig, ax = plt.subplots()
+    nc.ratio_map(rt, ax)
+    solid = [p for p in ax.patches if p.get_linestyle() == "-"]
+    dashed = [p for p in ax.patches if p.get_linestyle() != "-"]
+    assert len(solid) == rt.glue["rt_met"] == 57
+    assert len(dashed) == int((rt.in_target & (rt.verdict == "not scored")).sum().sum()) > 0
+    assert len(ax.texts) == 150 - rt.glue["rt_no_model"]
+    assert sum(t.get_text().endswith(("✗", "?")) for t in ax.texts) == 3
+    plt.close(fig)

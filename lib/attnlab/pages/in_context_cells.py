@@ -376,3 +376,33 @@ def results_table(cpu_run, base=None) -> SimpleNamespace:
     g["rt_models"], g["rt_cells"] = len(rows), int(verdict.size)
     g["rt_not_trained"] = len([k for k in TABLE1 if k not in order])
     return ns
+
+
+def ratio_map(rt, ax):
+    """Draw :func:`results_table`'s cells on ``ax`` as held-out value over the paper's, on a
+    log colour scale clipped at 1/10 and 10: a solid box round every met cell, a dashed one round
+    a cell not scored but within the target, ✗ / ? after a missed / undecided ratio, grey where
+    there is no model. Returns the image (for a colour bar)."""
+    import matplotlib.pyplot as plt
+
+    ratio = (rt.value / rt.paper).to_numpy()
+    verdict, near = rt.verdict.to_numpy(), rt.in_target.to_numpy()
+    cmap = plt.get_cmap("PuOr_r").with_extremes(bad="0.8")
+    im = ax.imshow(np.clip(np.log10(ratio), -1, 1), cmap=cmap, vmin=-1, vmax=1)
+    for (i, j), r in np.ndenumerate(ratio):
+        if verdict[i, j] == "no model":
+            continue
+        text = f"{r:.2f}" if 0.01 <= r < 10 else f"{r:.0e}".replace("+0", "")
+        text += {"missed": "✗", "undecided": "?"}.get(verdict[i, j], "")
+        color = "w" if abs(np.log10(r)) > 0.6 else "k"  # white text on the darker cells
+        ax.text(j, i, text, ha="center", va="center", fontsize=7.5, color=color)
+        met = verdict[i, j] == "met"
+        if met or (near[i, j] and verdict[i, j] == "not scored"):
+            box = plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, ec="k")
+            ax.add_patch(box)
+            box.set(lw=1.8 if met else 1.0, ls="-" if met else "--")
+    ax.set_xticks(range(ratio.shape[1]), [label(s) for s in rt.value.columns], rotation=45)
+    ax.set_yticks(range(ratio.shape[0]), rt.value.index)
+    ax.set_xlabel("noise distribution")
+    ax.grid(False)  # the boxes, not a grid, mark the cells
+    return im
