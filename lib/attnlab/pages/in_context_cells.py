@@ -1,5 +1,6 @@
 """Part III's lab notes: 7-layer FULL's rate, length and schedule, the draw of the evaluation
-prompts (``icl_eval_sets``), every miss of the CPU table (``icl_scoring``), ``icl_table_6k`` again.
+prompts (``icl_eval_sets``), every miss of the CPU table (``icl_scoring``), ``icl_table_6k`` again;
+and chapter 04's Table 1, held out and beside the paper's (:func:`results_table`).
 
 Reads committed results only (:func:`attnlab.experiments.load_result`), trains nothing. Each function
 takes the CPU table (``load_result("icl_mixed_noise", "cpu")``) and returns a namespace: ``table``
@@ -18,6 +19,7 @@ from attnlab.experiments.in_context.recipe import per_model
 from attnlab.experiments.in_context.table1 import (
     NAMES,
     TABLE1,
+    TABLE1_BASELINES,
     TABLE1_NOISE,
     cells,
     label,
@@ -308,3 +310,99 @@ def retraining(cpu_run) -> SimpleNamespace:
         g[f"{tag}_n"] = int(redo.loc[m, "runs > 0.1% apart"])
         g[f"{tag}_met1"], g[f"{tag}_met2"] = int(redo.loc[m, "met, first"]), int(redo.loc[m, "met, again"])
     return ns
+
+
+#: The mark after a model's cell in :func:`results_table`, by held-out verdict.
+MARKS = {"met": "✓", "missed": "✗", "undecided": "?", "not scored": "·", "no model": ""}
+BASELINES = {"const": "ConstRR", "ada": "AdaRR", "tuned": "TunedRR"}
+
+
+def _num(x) -> str:
+    """Three significant digits; "–" for none; "0" below 1e-15 (a baseline's rounding error)."""
+    return "–" if x is None or x != x else ("0" if abs(x) < 1e-15 else f"{x:.3g}")
+
+
+def results_table(cpu_run, base=None) -> SimpleNamespace:
+    """Chapter 04's Table 1: a row per baseline (``base``: the ``icl_baselines`` result; ConstRR,
+    AdaRR, TunedRR against Table 1, then the Bayes-optimal predictor, which Table 1 lacks) and per
+    trained model and depth; a column per noise distribution. A model's cell is its held-out value
+    beside the paper's and a mark (:data:`MARKS`), from ``icl_scoring``: the seed picked on the
+    validation prompts and, where its weights are stored, scored on unseen prompts by chapter 04's
+    rule (``ᵗ``: by the trimmed mean); where they are not, that seed's mean on the evaluation
+    prompts, not scored. 7-layer DIAG and GD++ kept no validation losses: "no model".
+
+    Returns ``table`` (the cells as text), ``value``, ``paper`` and ``verdict`` (one per model and
+    noise: met, missed, undecided, not scored, no model), ``in_target`` (the value within the
+    target, whatever the verdict) and ``glue``."""
+    cpu, _ = _start(cpu_run)
+    sc = pd.DataFrame(_result("icl_scoring").rows)
+    if len(sc) != len(cpu):
+        raise ValueError(f"icl_scoring has {len(sc)} cells, the CPU table {len(cpu)}")
+    order = [(p, L) for p in NAMES for L in cpu_run.config["depths"][p] if (p, L) in TABLE1]
+    sc["model"] = [f"{NAMES[p]} {L}L" for p, L in zip(sc.param, sc.n_layers, strict=True)]
+    held = sc.scored == "held-out"
+    num = {c: pd.to_numeric(sc[c], errors="coerce") for c in ("value", "evaluation")}
+    sc["shown"] = np.where(held, num["value"], num["evaluation"])
+    sc["verdict"] = np.where(sc.scored == "none", "no model", sc.verdict)
+    sc["trim"] = held & (sc.by == "trimmed")
+    rows = [f"{NAMES[p]} {L}L" for p, L in order]
+    grid = {c: sc.pivot(index="model", columns="noise", values=c).loc[rows, TABLE1_NOISE]
+            for c in ("shown", "paper", "verdict", "trim")}  # fmt: skip
+    text = {}
+    for m in rows:
+        cols = (grid[c].loc[m] for c in ("shown", "paper", "verdict", "trim"))
+        text[m] = [
+            f"{_num(v)}{'ᵗ' if t else ''} / {_num(p)} {MARKS[k]}".rstrip()
+            for v, p, k, t in zip(*cols, strict=True)
+        ]
+    head = {}
+    if base is not None:
+        by_noise = {r["noise"]: r for r in base.rows}
+        if sorted(by_noise) != sorted(TABLE1_NOISE):
+            raise ValueError(f"base must be the icl_baselines result, got noise {sorted(by_noise)}")
+        for k, name in BASELINES.items():
+            pairs = zip(TABLE1_NOISE, TABLE1_BASELINES[k], strict=True)
+            head[name] = [f"{_num(by_noise[n][k])} / {_num(p)}" for n, p in pairs]
+        head["Bayes"] = [f"{_num(by_noise[n]['bayes'])} / –" for n in TABLE1_NOISE]
+    table = pd.DataFrame.from_dict(head | text, "index", columns=[label(n) for n in TABLE1_NOISE])
+    table.index.name = "model"
+    value, paper = grid["shown"].astype(float), grid["paper"].astype(float)
+    verdict = grid["verdict"].astype(str)
+    ok = within(value, paper) & np.isfinite(value)
+    in_target = pd.DataFrame(ok, index=value.index, columns=value.columns)
+    counts = verdict.stack().value_counts()
+    ns = SimpleNamespace(table=table, value=value, paper=paper, verdict=verdict, in_target=in_target)
+    ns.glue = g = {f"rt_{k.replace(' ', '_')}": int(counts.get(k, 0)) for k in MARKS}
+    g["rt_models"], g["rt_cells"] = len(rows), int(verdict.size)
+    g["rt_not_trained"] = len([k for k in TABLE1 if k not in order])
+    return ns
+
+
+def ratio_map(rt, ax):
+    """Draw :func:`results_table`'s cells on ``ax`` as held-out value over the paper's, on a
+    log colour scale clipped at 1/10 and 10: a solid box round every met cell, a dashed one round
+    a cell not scored but within the target, ✗ / ? after a missed / undecided ratio, grey where
+    there is no model. Returns the image (for a colour bar)."""
+    import matplotlib.pyplot as plt
+
+    ratio = (rt.value / rt.paper).to_numpy()
+    verdict, near = rt.verdict.to_numpy(), rt.in_target.to_numpy()
+    cmap = plt.get_cmap("PuOr_r").with_extremes(bad="0.8")
+    im = ax.imshow(np.clip(np.log10(ratio), -1, 1), cmap=cmap, vmin=-1, vmax=1)
+    for (i, j), r in np.ndenumerate(ratio):
+        if verdict[i, j] == "no model":
+            continue
+        text = f"{r:.2f}" if 0.01 <= r < 10 else f"{r:.0e}".replace("+0", "")
+        text += {"missed": "✗", "undecided": "?"}.get(verdict[i, j], "")
+        color = "w" if abs(np.log10(r)) > 0.6 else "k"  # white text on the darker cells
+        ax.text(j, i, text, ha="center", va="center", fontsize=7.5, color=color)
+        met = verdict[i, j] == "met"
+        if met or (near[i, j] and verdict[i, j] == "not scored"):
+            box = plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, ec="k")
+            ax.add_patch(box)
+            box.set(lw=1.8 if met else 1.0, ls="-" if met else "--")
+    ax.set_xticks(range(ratio.shape[1]), [label(s) for s in rt.value.columns], rotation=45)
+    ax.set_yticks(range(ratio.shape[0]), rt.value.index)
+    ax.set_xlabel("noise distribution")
+    ax.grid(False)  # the boxes, not a grid, mark the cells
+    return im
