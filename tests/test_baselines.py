@@ -92,6 +92,34 @@ def test_sigma_posterior_matches_dense_gaussian_likelihood():
         np.testing.assert_allclose(post[b], dense / dense.sum(), rtol=1e-8, atol=1e-14)
 
 
+def test_verify_sigma_posterior_right_and_wrong_answers():
+    X, y, _, _, _ = _data(B=6, sigma=2.0, seed=7)
+    sigmas, probs = np.array([1.0, 3.0, 5.0]), np.array([0.2, 0.5, 0.3])
+
+    def dense(power=2, prior=probs):
+        like = np.array(
+            [
+                [
+                    multivariate_normal(np.zeros(20), X[b] @ X[b].T + s**power * np.eye(20)).logpdf(y[b])
+                    for s in sigmas
+                ]
+                for b in range(len(y))
+            ]
+        )
+        w = np.exp(like - like.max(1, keepdims=True)) * prior
+        return w / w.sum(1, keepdims=True)
+
+    assert "Correct" in bl.verify_sigma_posterior(dense(), X, y, sigmas, probs)
+    with pytest.raises(AssertionError, match="uniform prior"):  # the prior forgotten
+        bl.verify_sigma_posterior(dense(prior=1.0), X, y, sigmas, probs)
+    with pytest.raises(AssertionError, match="proportional"):  # sigma for sigma^2
+        bl.verify_sigma_posterior(dense(power=1), X, y, sigmas, probs)
+    with pytest.raises(AssertionError, match="sum to one"):
+        bl.verify_sigma_posterior(2 * dense(), X, y, sigmas, probs)
+    with pytest.raises(ValueError, match="post must have shape"):
+        bl.verify_sigma_posterior(dense()[:, :2], X, y, sigmas, probs)
+
+
 def test_bayes_posterior_mean_mixes_ridge_solutions():
     X, y, q, _, _ = _data(B=5, sigma=1.0, seed=5)
     sigmas, probs = np.array([0.5, 3.0]), np.array([0.5, 0.5])

@@ -311,6 +311,31 @@ def sigma_posterior(X, y, sigmas, probs):
     return _out(post, like)
 
 
+def verify_sigma_posterior(post, X, y, sigmas, probs, *, atol: float = 1e-6) -> str:
+    """Exercise checker (chapter 04): posterior weights ``post [B, G]`` of a grid prior on σ.
+
+    The answer must be ``p(σ_g | X, y) ∝ probs_g · N(y; 0, XXᵀ + σ_g² I)``, normalised over the
+    grid, within ``atol`` of :func:`sigma_posterior` on every prompt; raises ``AssertionError`` with
+    a hint otherwise.
+    """
+    want = torch.as_tensor(sigma_posterior(X, y, sigmas, probs), dtype=torch.float64)
+    got = torch.as_tensor(post, dtype=torch.float64)
+    if got.shape != want.shape:
+        raise ValueError(f"post must have shape {list(want.shape)} (prompts, levels), got {list(got.shape)}")
+    atol = float(atol)
+    if (got.sum(-1) - 1).abs().max() > atol:
+        raise AssertionError("the weights of a prompt do not sum to one: normalise over the grid")
+    err = float((got - want).abs().max())
+    if err <= atol:
+        return f"Correct: the posterior of every prompt agrees to {err:.1e}"
+    flat = sigma_posterior(X, y, sigmas, np.full(len(np.atleast_1d(sigmas)), 1 / len(np.atleast_1d(sigmas))))
+    if float((got - torch.as_tensor(flat, dtype=torch.float64)).abs().max()) <= atol:
+        raise AssertionError("these are the weights of a uniform prior: multiply by probs_g")
+    raise AssertionError(
+        f"off by up to {err:.3g}: p(sigma_g | X, y) is proportional to probs_g N(y; 0, XX^T + sigma_g^2 I)"
+    )
+
+
 def bayes_optimal(X, y, x_query, sigmas, probs, *, return_w: bool = False):
     """Bayes-optimal prediction for ``w ~ N(0, I)`` and σ drawn from a grid prior.
 
