@@ -234,11 +234,6 @@ def test_every_chapter_folder_has_pages():
     assert {p.parent.name for p in HELD} == set(pc.CHAPTER_FOLDERS)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 41: the chapters are being rewritten to meet the prose targets (branches part1, "
-    "part2, ...); this test becomes strict (remove this mark) when those rewrites land",
-)
 @pytest.mark.parametrize("path", HELD, ids=[str(p.relative_to(pc.BOOK)) for p in HELD])
 def test_chapter_meets_the_prose_targets(path):
     missed = pc.failures(pc.check(path))
