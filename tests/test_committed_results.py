@@ -54,6 +54,12 @@ SOLVER = 1e-7
 # Part II's finite-d runs are float32: runs of older code on other machines agree with today's to
 # 4e-6 relative after 5000 GD steps (pt_gd at alpha = 0.01, measured), bit for bit otherwise
 GD32 = 1e-5
+# ... and where m crosses zero a relative tolerance means nothing: the same runs on torch's AVX2 and
+# default kernels (one AMD machine) move m by at most 5.4e-8 in absolute terms after 250 steps
+GD32_ABS = 1e-6
+# 800 Adam steps in float32 amplify the kernels' last bits: on torch's AVX2 and default kernels of
+# one machine pt_histogram's final loss moves by up to 1.8%, its test accuracy by 0.7% (measured)
+ADAM32 = 5e-2
 # scipy's adaptive integrators at their tight tolerances: the same steps on any machine up to
 # libm's last bits, which the step-size control can amplify; far below a change of the flow
 ODE = 1e-7
@@ -153,12 +159,12 @@ SPECS: dict[str, list] = {
     # ---- Part II: finite d -------------------------------------------------------------------------
     "pt_curves-book": [Rerun("the first 250 GD steps of every run: the curves at steps 0 and 250",
         overrides={"steps": 250}, keys=("step", "init", "seed_index"),
-        columns=("eps_t", "m", "theta_over_sigma2"), rtol=GD32, min_rows=32)],
+        columns=("eps_t", "m", "theta_over_sigma2"), rtol=GD32, atol=GD32_ABS, min_rows=32)],
     "pt_finite_d-book": [Rerun("every run at the first d (25): 2000 GD steps, all columns",
         overrides={"ds": "25"}, keys=GD_KEYS, columns=TRAINED, rtol=GD32, min_rows=12)],
     "pt_histogram-book": [Rerun("the whole run: both models, 800 Adam steps each (float32, one thread)",
         keys=("model", "seed_index"), columns=_columns("pt_histogram-book", "model", "seed_index"),
-        rtol=GD32, min_rows=2)],
+        rtol=ADAM32, min_rows=2)],
     "pt_long_gd-paper": [Rerun("every run's start (step 0: the teachers)", overrides={"steps": 0},
         keys=("step", "seed"), columns=("theta_over_sigma2", "m"), rtol=GD32, min_rows=4)],
     "pt_gd-paper": [Rerun(AT_START + "; the first alpha (0.01)", overrides={"alpha_min": 0.01,
@@ -231,8 +237,9 @@ SPECS: dict[str, list] = {
             "tuned bounds search a grid on 20,000 more prompts)", fn=beyond_construction(2),
             keys=("kind", "bounds", "n_layers"), columns=("mu", "nu", "loss", "eps", "eta"), min_rows=2),
         Check("trained GD++ with 2 layers rebuilt from its stored omegas and evaluated again (the omegas are "
-            "float32 products: 1e-6)", fn=beyond_gdpp(2, 0), keys=ROWS, columns=("adjusted", "loss",
-            "oracle_loss"), rtol=1e-6),
+            "float32 products: 1e-6; the oracle's loss on noiseless prompts is rounding, ~1e-30)",
+            fn=beyond_gdpp(2, 0), keys=ROWS, columns=("adjusted", "loss", "oracle_loss"), rtol=1e-6,
+            atol=1e-20),
     ],
     "icl_bayes_floor-paper": [Check("the oracle column of every block: icl_beyond's prompts drawn again "
         "(float64)", fn=bayes_floor_oracle, keys=("start",), columns=("oracle_loss",), min_rows=10)],

@@ -313,7 +313,8 @@ def test_committed_paper_results_of_part1_are_what_todays_code_computes():
     new = hist_saddle({**saddle.config, "eps": [0.0, 1e-6]}, "cpu")
     for row in new:
         (old,) = [r for r in saddle.rows if r["eps"] == row["eps"]]
-        assert row["moved"] == old["moved"] and np.isclose(
+        # float64 sums: BLAS kernels of other CPUs move the last bits (1.7e-14 relative, measured)
+        assert np.isclose(row["moved"], old["moved"], rtol=1e-12, atol=0) and np.isclose(
             row["loss_end"], old["loss_end"], rtol=1e-5, atol=1e-20
         )
         assert np.isnan(old["T"]) if np.isnan(row["T"]) else abs(row["T"] / old["T"] - 1) < 1e-6

@@ -43,7 +43,8 @@ def test_a_name_that_is_not_a_part_ii_experiment_raises(name):
 
 def test_the_committed_book_scale_gd_run_is_todays_code():
     # chapter 03 loads pt_gd at book scale (d = 400, about 7 s of CPU) instead of running it:
-    # run it again here and compare every row
+    # run it again here and compare every row (float32 GD: the CPU's kernels move the last bits,
+    # up to 3.6e-6 relative between torch's AVX2 and default kernels on one machine, measured)
     result = ex.run("pt_gd", "book", cache=False)
     committed = book_run("pt_gd")
     assert len(result.rows) == len(committed.rows)
@@ -52,4 +53,4 @@ def test_the_committed_book_scale_gd_run_is_todays_code():
     for row in result.rows:
         old = stored[tuple(row[k] for k in key)]
         for col in ("eps_g", "eps_t", "m", "theta_over_sigma2"):
-            assert row[col] == pytest.approx(old[col], rel=1e-6, abs=1e-12), (row, col)
+            assert row[col] == pytest.approx(old[col], rel=1e-5, abs=1e-12), (row, col)
