@@ -158,6 +158,7 @@ def test_diagonal_mass():
     mixed[0, 0] += 1.0  # breaks the scalar x-block: 1.0**2 * (1 - 1/10) of the mass leaves the pattern
     total = (mixed**2).sum()
     assert torch.isclose(it.diagonal_mass(mixed), (total - 0.9) / total)
+    assert not it.diagonal_mass(mixed.requires_grad_()).requires_grad  # a diagnostic: float() warns not
     with pytest.raises(ValueError, match="P"):
         it.diagonal_mass(torch.zeros(3, 4))
 

@@ -316,10 +316,12 @@ def diagonal_mass(P: torch.Tensor) -> torch.Tensor:
 
     The projection onto that pattern keeps the mean of the x-block's diagonal (times ``I_d``) and
     the ``y``-``y`` entry, so the share is ``(tr(P_xx)²/d + P_yy²) / ‖P‖_F²`` (chapter 05). A
-    random Gaussian matrix has about ``2/(d+1)²``; a DIAG matrix has 1.
+    random Gaussian matrix has about ``2/(d+1)²``; a DIAG matrix has 1. A diagnostic: computed on
+    ``P`` detached from any autograd graph.
     """
     if not isinstance(P, torch.Tensor) or P.ndim < 2 or P.shape[-1] != P.shape[-2] or P.shape[-1] < 2:
         raise ValueError(f"P must be a tensor [..., d+1, d+1], got {getattr(P, 'shape', type(P).__name__)}")
+    P = P.detach()
     d = P.shape[-1] - 1
     tr = P[..., :d, :d].diagonal(dim1=-2, dim2=-1).sum(-1)
     return (tr**2 / d + P[..., d, d] ** 2) / (P**2).sum((-2, -1))
