@@ -16,7 +16,9 @@ Warnings printed by a cell (stderr) are in the cached outputs, and ``stderr_outp
 remove-warn`` turns them into build warnings as before.
 
 The log says ``executed N notebooks in S s on J processes`` (``benchmarks/bench.py --build``
-reads it). ``$BOOK_JOBS`` sets the number of processes (default: the cores this process may use).
+reads it). ``$BOOK_JOBS`` sets the number of processes (default: the cores this process may use);
+each kernel gets its share of the cores as BLAS and OpenMP threads (``$OMP_NUM_THREADS``, unless
+set): J kernels with a thread per core each oversubscribe the machine.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def jobs() -> int:
         if not value.isdigit() or int(value) < 1:
             raise ValueError(f"BOOK_JOBS must be a positive integer, got {value!r}")
         return int(value)
+    return _cores()
+
+
+def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -102,6 +108,7 @@ def execute_before_reading(app, env, docnames):
     # The longest sources first, so that the longest chapters do not start last.
     notebooks.sort(key=lambda item: -item[1].stat().st_size)
     n_jobs = min(jobs(), len(notebooks))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores() // n_jobs)))  # the kernels inherit it
     started = time.monotonic()
     work = [(nb, str(path.parent), nb_config.execution_timeout, nb_config.execution_allow_errors)
             for _, path, nb in notebooks]  # fmt: skip
