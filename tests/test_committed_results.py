@@ -51,6 +51,10 @@ from committed_checks import (
 # Part II's fixed point (tol 1e-7 to 1e-9 from the same start): the same iterates up to the last
 # bits of numpy's and the compiled prox's sums, which the iteration contracts
 SOLVER = 1e-7
+# ... except where the loss is flat along the branch: pt_constrained's fixed point at (0.3, 0.8) moves
+# its theta by up to 1.3e-6 relative and eps_g by 2.9e-7 with one thread or two and with the CPU's
+# BLAS and torch kernels (measured on one machine; the committing machine's run lies among them)
+FLAT = 1e-5
 # Part II's finite-d runs are float32: runs of older code on other machines agree with today's to
 # 4e-6 relative after 5000 GD steps (pt_gd at alpha = 0.01, measured), bit for bit otherwise
 GD32 = 1e-5
@@ -128,10 +132,16 @@ SPECS: dict[str, list] = {
         overrides={"alpha_min": 2.5, "n_alpha": 1}, keys=("kind", "alpha", "branch", "direction"),
         columns=("eps_t", "eps_g", "m", "theta_over_sigma2", "mu_max", "converged", "on_branch"),
         where={"direction": "down"}, rtol=SOLVER, atol=1e-12, min_rows=2)],
-    "pt_constrained-paper": [Rerun("point (0.3, 0.8): the loss at theta = 0 (the continuation's fresh "
-        "start) and the fixed point at 20 nodes", overrides={"points": POINT_T, "n_values": 1,
-        "check_nodes": []}, keys=("omega", "alpha", "branch", "kind", "value"),
-        columns=("eps_t", "slope", "q", "converged", "eps_g"), rtol=SOLVER, atol=1e-12, min_rows=2)],
+    "pt_constrained-paper": [
+        Rerun("point (0.3, 0.8): the loss at theta = 0 (the continuation's fresh start)",
+            overrides={"points": POINT_T, "n_values": 1, "check_nodes": []},
+            keys=("omega", "alpha", "branch", "kind", "value"), columns=("eps_t", "slope", "q", "converged"),
+            where={"kind": "constrained"}, rtol=SOLVER, atol=1e-12),
+        Rerun("point (0.3, 0.8): the fixed point at 20 nodes, where the loss is flat in theta",
+            overrides={"points": POINT_T, "n_values": 1, "check_nodes": []},
+            keys=("omega", "alpha", "branch", "kind"), columns=("value", "eps_t", "q", "converged", "eps_g"),
+            where={"kind": "fixed point"}, rtol=FLAT, atol=1e-12),
+    ],
     "pt_quadrature-book": [Rerun("both branches at the base quadrature (20 nodes)", overrides={"nodes": []},
         keys=("branch", "n_nodes"), columns=_columns("pt_quadrature-book", "branch", "n_nodes"),
         rtol=SOLVER, atol=1e-12, min_rows=2)],
