@@ -345,7 +345,7 @@ def test_hover_shows_the_target_of_a_cross_chapter_reference(server, browser, ki
     selector = {
         "equation": 'article.bd-article a.reference.internal[href*=".html#equation-"]',
         "theorem": 'article.bd-article a.reference.internal[href*=".html#thm-"]',
-    }[kind]
+    }[kind] + " >> visible=true"  # not one inside a closed dropdown: a reader cannot hover it
     page, foreign = print_pdf.offline_page(browser, server, {"width": 1280, "height": 900})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
