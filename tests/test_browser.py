@@ -108,14 +108,44 @@ def browser():
         b.close()
 
 
-def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
-    import print_pdf
+class _Reader:
+    """One browser tab that may load only from ``server`` (offline) and reports each page it shows.
 
-    page, foreign = print_pdf.offline_page(browser, url, {"width": 1280, "height": 900})
-    host, errors = urlparse(url).netloc, []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(url, wait_until="load")
+    The console errors and the requests to other hosts are counted from one :meth:`inspect` to
+    the next, so that each page is charged with its own.
+    """
+
+    def __init__(self, browser, server: str):
+        import print_pdf
+
+        self.page, self.foreign = print_pdf.offline_page(browser, server, {"width": 1280, "height": 900})
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def goto(self, url: str) -> None:
+        self.page.goto(url, wait_until="load")
+
+    def inspect(self, screenshot: Path | None = None) -> dict:
+        """What a reader sees on the page shown now (see :data:`_PAGE_PROBLEMS`)."""
+        seen = _inspect(self.page, self.foreign[:], self.errors[:], screenshot)
+        self.foreign.clear()
+        self.errors.clear()
+        return seen
+
+    def close(self) -> None:
+        self.page.close()
+
+
+#: A visible reference to an equation or to a theorem of another chapter (hover previews).
+_CROSS_REFERENCE = {
+    "equation": 'article.bd-article a.reference.internal[href*=".html#equation-"]',
+    "theorem": 'article.bd-article a.reference.internal[href*=".html#thm-"]',
+}
+
+
+def _inspect(page, foreign: list[str], errors: list[str], screenshot: Path | None) -> dict:
+    host = urlparse(page.url).netloc
     has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
     typeset = 0
     if has_math:
@@ -174,14 +204,21 @@ def _visit(browser, url: str, screenshot: Path | None = None) -> dict:
         "Array.from(document.querySelectorAll('script, link[rel=stylesheet]'))"
         ".map(e => e.src || e.href || e.textContent).filter(t => /thebe/i.test(t)).map(t => t.slice(0, 80))"
     )
+    # Where the tests of a solution dropdown and of hover previews find what they need.
+    solutions = page.locator("div.solution.dropdown").count()
+    references = {
+        kind: page.locator(f"{css} >> visible=true").count() for kind, css in _CROSS_REFERENCE.items()
+    }
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
-    page.close()
     internal = {urldefrag(link)[0] for link in links if urlparse(link).netloc == host}
     return {
+        "url": page.url,
         "math": has_math,
         "typeset": typeset,
+        "solutions": solutions,
+        "references": references,
         "raw": raw_tex,
         "broken": broken,
         "foreign": foreign,
@@ -212,7 +249,7 @@ _RAW_CAPTION = re.compile(
 )
 
 
-#: What :func:`_visit` reports that fails a page, and how the failure reads (first three shown).
+#: What :func:`_inspect` reports that fails a page, and how the failure reads (first three shown).
 _PAGE_PROBLEMS = (
     ("raw", "raw TeX left on the page"),
     ("broken", "images not loaded"),
@@ -275,13 +312,51 @@ def _toc_chapters() -> list[str]:
     return [f"{f}.html" for f in files]
 
 
-def test_every_page_renders_offline(server, browser):
+@pytest.fixture(scope="module")
+def walk(server, browser):
+    """Every page read once, as a reader would: the intro, then each chapter of the table of
+    contents reached by clicking its sidebar entry on the page before, then the pages outside the
+    table of contents (opened by their address). Returns ``{"reached": [chapter, ...], "pages":
+    {path: what _inspect saw}}``; screenshots of the intro and of each part's first chapter are
+    saved on the way."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    shots = {"book/intro.html": SHOTS / "intro.png"}
+    shots |= {
+        f"{part['chapters'][0]['file']}.html": SHOTS / f"part-{n}.png"
+        for n, part in enumerate(toc["parts"], 1)
+    }
+    chapters = _toc_chapters()
+    reader = _Reader(browser, server)
+    reader.goto(f"{server}/{chapters[0]}")
+    pages, reached = {chapters[0]: reader.inspect(shots.get(chapters[0]))}, []
+    for target in chapters[1:]:
+        anchors = reader.page.locator("nav.bd-docs-nav a.reference.internal")
+        hrefs = anchors.evaluate_all("els => els.map(a => a.href.split('#')[0])")
+        wanted = f"{server}/{target}"
+        if wanted not in hrefs:
+            break  # test_sidebar_reaches_every_chapter says which
+        anchors.nth(hrefs.index(wanted)).click()
+        reader.page.wait_for_load_state("load")
+        if not reader.page.url.endswith(target) or reader.page.locator("main h1").count() < 1:
+            break
+        reached.append(target)
+        pages[target] = reader.inspect(shots.get(target))
+    for path in _pages():
+        rel = path.relative_to(HTML).as_posix()
+        if rel not in pages:
+            reader.goto(f"{server}/{rel}")
+            pages[rel] = reader.inspect(shots.get(rel))
+    reader.close()
+    return {"reached": reached, "pages": pages}
+
+
+def test_every_page_renders_offline(walk):
     pages = _pages()
     assert len(pages) >= 5, f"expected the book's pages under {HTML}, found {len(pages)}"
     problems, links = [], set()
     for path in pages:
         rel = path.relative_to(HTML).as_posix()
-        seen = _visit(browser, f"{server}/{rel}")
+        seen = walk["pages"][rel]
         links |= seen["links"]
         if seen["math"] and seen["typeset"] == 0:
             problems.append(f"{rel}: math present but not typeset by MathJax")
@@ -296,36 +371,27 @@ def test_every_page_renders_offline(server, browser):
     assert not problems, "\n".join(problems)
 
 
-def test_sidebar_reaches_every_chapter(server, browser):
-    """Start at the intro and click each sidebar entry in turn, as a reader would."""
+def test_sidebar_reaches_every_chapter(walk):
+    """From the intro, each chapter is reached by clicking its sidebar entry, as a reader would."""
     chapters = _toc_chapters()
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(f"{server}/book/intro.html")
-    reached = []
-    for target in chapters[1:]:
-        anchors = page.locator("nav.bd-docs-nav a.reference.internal")
-        hrefs = anchors.evaluate_all("els => els.map(a => a.href.split('#')[0])")
-        wanted = f"{server}/{target}"
-        assert wanted in hrefs, f"the sidebar has no entry for {target}"
-        link = anchors.nth(hrefs.index(wanted))
-        link.click()
-        page.wait_for_load_state("load")
-        assert page.url.endswith(target), f"clicking {target} led to {page.url}"
-        assert page.locator("main h1").count() >= 1, f"{target} has no title"
-        reached.append(target)
-    page.close()
-    assert reached == chapters[1:]
+    assert walk["reached"] == chapters[1:], (
+        f"the sidebar walk stopped after {walk['reached'][-1:] or chapters[:1]}: the next chapter, "
+        f"{chapters[len(walk['reached']) + 1]}, has no sidebar entry, or clicking it led elsewhere "
+        "or to a page without a title"
+    )
 
 
-def test_solution_dropdown_opens_on_click(server, browser):
+def _first_page_with(walk, test) -> str:
+    """The first chapter, in reading order, whose page passes ``test`` (None if none does)."""
+    return next((target for target in _toc_chapters() if test(walk["pages"][target])), None)
+
+
+def test_solution_dropdown_opens_on_click(server, browser, walk):
+    target = _first_page_with(walk, lambda seen: seen["solutions"] > 0)
+    assert target is not None, "no chapter has a solution dropdown"
     page = browser.new_page()
-    for target in _toc_chapters():
-        page.goto(f"{server}/{target}")
-        solution = page.locator("div.solution.dropdown").first
-        if solution.count():
-            break
-    else:
-        pytest.fail("no chapter has a solution dropdown")
+    page.goto(f"{server}/{target}")
+    solution = page.locator("div.solution.dropdown").first
     body = solution.locator("> :not(.admonition-title)").first
     assert "toggle-hidden" in (solution.get_attribute("class") or ""), "solutions must start hidden"
     assert not body.is_visible()
@@ -337,24 +403,19 @@ def test_solution_dropdown_opens_on_click(server, browser):
 
 
 @pytest.mark.parametrize("kind", ["equation", "theorem"])
-def test_hover_shows_the_target_of_a_cross_chapter_reference(server, browser, kind):
+def test_hover_shows_the_target_of_a_cross_chapter_reference(server, browser, walk, kind):
     """Hovering over a reference to an equation ({eq}) or a theorem ({prf:ref}) of another chapter
     shows the target in a preview (sphinx-tippy), its math typeset, offline."""
     import print_pdf
 
-    selector = {
-        "equation": 'article.bd-article a.reference.internal[href*=".html#equation-"]',
-        "theorem": 'article.bd-article a.reference.internal[href*=".html#thm-"]',
-    }[kind] + " >> visible=true"  # not one inside a closed dropdown: a reader cannot hover it
+    # not one inside a closed dropdown: a reader cannot hover it
+    selector = f"{_CROSS_REFERENCE[kind]} >> visible=true"
+    target = _first_page_with(walk, lambda seen: seen["references"][kind] > 0)
+    assert target is not None, f"no chapter refers to the {kind} of another chapter"
     page, foreign = print_pdf.offline_page(browser, server, {"width": 1280, "height": 900})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    for target in _toc_chapters():
-        page.goto(f"{server}/{target}", wait_until="load")
-        if page.locator(selector).count():
-            break
-    else:
-        pytest.fail(f"no chapter refers to the {kind} of another chapter")
+    page.goto(f"{server}/{target}", wait_until="load")
     link = page.locator(selector).first
     label = link.get_attribute("href").split("#", 1)[1]
     page.wait_for_function("el => el._tippy !== undefined", arg=link.element_handle(), timeout=20000)
@@ -407,13 +468,12 @@ def test_no_thebe_assets_are_shipped():
     assert not [p for p in (HTML / "_static").rglob("*") if "thebe" in p.name.lower()]
 
 
-def test_screenshot_of_each_part(server, browser):
+def test_screenshot_of_each_part(walk):
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     for number, part in enumerate(toc["parts"], start=1):
-        first = part["chapters"][0]["file"]
+        first = f"{part['chapters'][0]['file']}.html"
         shot = SHOTS / f"part-{number}.png"
-        seen = _visit(browser, urljoin(server + "/", f"{first}.html"), screenshot=shot)
-        assert not seen["errors"], seen["errors"]
+        assert not walk["pages"][first]["errors"], walk["pages"][first]["errors"]
         assert shot.exists() and shot.stat().st_size > 10_000
 
 
@@ -437,9 +497,9 @@ def test_root_redirects_to_the_intro(server, browser):
     page.close()
 
 
-def test_intro_shows_rendered_math_and_is_captured(server, browser):
+def test_intro_shows_rendered_math_and_is_captured(walk):
     shot = SHOTS / "intro.png"
-    seen = _visit(browser, f"{server}/book/intro.html", screenshot=shot)
+    seen = walk["pages"]["book/intro.html"]
     assert seen["typeset"] > 0, "the intro page must show typeset math"
     assert not seen["foreign"] and not seen["errors"] and not seen["broken"]
     assert shot.exists() and shot.stat().st_size > 10_000
