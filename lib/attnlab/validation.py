@@ -2,19 +2,33 @@
 
 Each helper raises ``ValueError`` naming the argument and what was expected, and returns the
 (possibly converted) value so that calls can be chained: ``n = check_int("n", n, minimum=1)``.
+
+torch is imported only by the helpers that make torch objects: a page that plots or tabulates
+committed results (``attnlab.plotting``, ``attnlab.tables``, the theory solvers) does not pay
+for importing it (about 2 s of every chapter's start). A value is a tensor only if torch has
+been imported by whoever made it, so the checks look for torch among the loaded modules.
 """
 
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _is_tensor(value) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _describe(value) -> str:
-    if isinstance(value, (np.ndarray, torch.Tensor)):
+    if isinstance(value, np.ndarray) or _is_tensor(value):
         return f"array of shape {tuple(value.shape)}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -75,7 +89,7 @@ def check_choice(name: str, value, choices: Iterable):
 
 def check_shape(name: str, array, shape: Sequence[int | None]):
     """Check that ``array`` (numpy or torch) has ``shape``; ``None`` matches any length."""
-    if not isinstance(array, (np.ndarray, torch.Tensor)):
+    if not (isinstance(array, np.ndarray) or _is_tensor(array)):
         raise ValueError(f"{name} must be a numpy array or torch tensor, got {_describe(array)}")
     actual = tuple(array.shape)
     expected = tuple(shape)
@@ -90,7 +104,7 @@ def check_shape(name: str, array, shape: Sequence[int | None]):
 
 def check_finite(name: str, array):
     """Check that every entry of ``array`` (numpy or torch) is finite."""
-    finite = torch.isfinite(array).all() if isinstance(array, torch.Tensor) else np.isfinite(array).all()
+    finite = array.isfinite().all() if _is_tensor(array) else np.isfinite(array).all()
     if not bool(finite):
         raise ValueError(f"{name} must contain only finite values")
     return array
@@ -112,6 +126,8 @@ def resolve_device(device) -> torch.device:
 
     Asking for CUDA where none is available raises ``ValueError`` rather than failing later.
     """
+    import torch
+
     if isinstance(device, torch.device):
         dev = device
     elif isinstance(device, str):
@@ -130,6 +146,8 @@ def resolve_device(device) -> torch.device:
 
 def resolve_dtype(dtype) -> torch.dtype:
     """Return ``torch.float32`` or ``torch.float64`` from a dtype or its name."""
+    import torch
+
     table = {"float32": torch.float32, "float64": torch.float64}
     if isinstance(dtype, str):
         dtype = table.get(dtype, dtype)
@@ -140,6 +158,8 @@ def resolve_dtype(dtype) -> torch.dtype:
 
 def make_generator(seed, *, device="cpu") -> torch.Generator:
     """Return a ``torch.Generator`` from an int seed, or pass a generator through."""
+    import torch
+
     if isinstance(seed, torch.Generator):
         return seed
     seed = check_int("seed", seed, minimum=0)

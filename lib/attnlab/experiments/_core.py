@@ -19,7 +19,6 @@ from pathlib import Path
 
 import joblib
 import numpy as np
-import torch
 
 import attnlab
 from attnlab.validation import check_choice, check_int, resolve_device
@@ -154,6 +153,8 @@ def cache_dir() -> Path:
 
 def _execute(name: str, config: dict, device: str, version: str, code: str) -> tuple[list, dict]:
     # ``version`` and ``code`` are part of the cache key: a change of the library recomputes.
+    import torch  # here, not at the top: a page that only loads committed results never needs it
+
     wall, cpu = time.perf_counter(), time.process_time()
     out = get(name).fn(dict(config), device)
     rows, meta = out if isinstance(out, tuple) and len(out) == 2 else (out, {})
@@ -170,6 +171,8 @@ def _execute(name: str, config: dict, device: str, version: str, code: str) -> t
 def _machine() -> dict:
     """What a run's last bits depend on besides the library: the CPU (compiled kernels are built
     for its instruction set; ``cpu_flags`` is a hash of its flags) and torch's version."""
+    import torch
+
     try:
         info = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
