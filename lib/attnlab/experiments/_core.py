@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import importlib
 import json
@@ -305,29 +306,44 @@ def write_result(result: Result, out: str | os.PathLike, command: str | None = N
 
 
 def _parse(value: str):
-    for cast in (int, float):
+    """A CSV cell as written by :func:`write_result`: an int, a float, a bool or the string."""
+    if "." not in value:  # int() refuses any string with a dot: most cells are floats
         try:
-            return cast(value)
+            return int(value)
         except ValueError:
             pass
+    try:
+        return float(value)
+    except ValueError:
+        pass
     if value in ("True", "False"):
         return value == "True"
     return value
+
+
+@functools.lru_cache(maxsize=32)
+def _read_rows(path: str, mtime_ns: int, size: int) -> tuple[dict, ...]:
+    """The parsed rows of one result file, read once per process (and again if it changes)."""
+    with open(path, newline="") as fh:
+        return tuple({k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh))
 
 
 def load_result(name: str, scale: str = "paper", directory: str | os.PathLike | None = None) -> Result:
     """Load a result written by :func:`write_result`.
 
     By default it reads the results committed with the library (``attnlab/results``), which the
-    chapters show next to their own book-scale runs.
+    chapters show next to their own book-scale runs. A file is parsed once per process: a
+    chapter that loads the same result in several cells reads it once; each call gets rows of
+    its own to change.
     """
     scale = check_choice("scale", scale, SCALES)
     base = Path(directory) if directory is not None else Path(str(resources.files("attnlab") / "results"))
     stem = base / f"{name}-{scale}"
-    if not stem.with_suffix(".csv").exists():
+    csv_path = stem.with_suffix(".csv")
+    if not csv_path.exists():
         raise ValueError(f"name {name!r} at scale {scale!r} has no result file in {base}")
-    with open(stem.with_suffix(".csv"), newline="") as fh:
-        rows = [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    stat = csv_path.stat()
+    rows = [dict(row) for row in _read_rows(str(csv_path.resolve()), stat.st_mtime_ns, stat.st_size)]
     meta = json.loads(stem.with_suffix(".json").read_text())
     return Result(name, scale, meta["config"], rows, meta.get("attnlab_version", "?"), meta)
 
