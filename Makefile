@@ -1,5 +1,8 @@
 # Two commands do all the set-up on a fresh machine: `make book` and `make test`.
 # Both create .venv on first use and install the project (editable) with its pinned dependencies.
+# --no-compile: pip would byte-compile every installed module (torch's thousands among them),
+# which took 40 of the install's 93 s on a 2-core machine; Python compiles the modules a run
+# imports, once, when it first imports them.
 
 PYTHON ?= python3
 VENV := .venv
@@ -29,7 +32,7 @@ export MATPLOTLIBRC := $(CURDIR)/lib/attnlab/attnlab.mplstyle
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[book,test,lab]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[book,test,lab]"
 	mkdir -p $(dir $(LAB_OVERRIDES))
 	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}, "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_OVERRIDES)
 	touch $@
