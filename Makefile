@@ -27,7 +27,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # The book's figure style for every matplotlib figure of every chapter (nbval, build, lab).
 export MATPLOTLIBRC := $(CURDIR)/lib/attnlab/attnlab.mplstyle
 
-.PHONY: book test install lint unit chapters nbval build browser notebooks lab clean bench pdf singlehtml normalize mutate
+.PHONY: book test install lint unit chapters nbval build browser pages notebooks lab clean bench pdf singlehtml normalize mutate
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,10 +46,19 @@ BUILD := rm -rf _build/html _build/.doctrees _build/jupyter_execute _build/.jupy
 book: $(STAMP)
 	$(BUILD)
 
+# The chapters are executed twice (nbval, then the build), each on every core. The library tests
+# then run beside the single page and the browser check (`pages`): these leave a core idle a
+# quarter of their time (Sphinx writes the single page on one core; Chromium waits on pages),
+# and the library tests fill it. --output-sync prints each one's output whole when it ends.
 test: $(STAMP)
 	rm -rf $(ATTNLAB_CACHE)
-	$(MAKE) --no-print-directory lint unit nbval build singlehtml browser
+	$(MAKE) --no-print-directory lint nbval build
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse unit pages
 	@echo "make test: all checks passed"
+
+# The single page, then the browser check on both builds (one after the other, even under -j).
+pages: $(STAMP)
+	$(MAKE) --no-print-directory -j1 singlehtml browser
 
 # ruff on the library and, through notebooks converted into a scratch folder, on the chapters' code
 # at the width of the text column (76). `make normalize` formats the chapters' code cells.
