@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 
@@ -75,6 +76,24 @@ def test_write_and_load_roundtrip(tmp_path):
     assert meta["command"].startswith("python -m attnlab.experiments")
     loaded = ex.load_result("toy_square", "book", directory=tmp_path)
     assert loaded.rows == r.rows and loaded.config == r.config
+
+
+def test_load_result_reads_each_cell_back_as_written_and_rereads_a_changed_file(tmp_path):
+    """Every kind of cell comes back as its type (an empty cell as ""); rows are the caller's own
+    (the file is parsed once per process), and a file written again is read again."""
+    cells = {"i": -2, "x": 1.5, "e": 1e-30, "big": 3e20, "flag": True, "no": False, "s": "uniform:3",
+             "dotted": "a.b", "nan": float("nan"), "inf": float("-inf"), "blank": ""}  # fmt: skip
+    ex.write_result(ex.Result("mixed", "book", {}, [cells, {"i": 7}]), tmp_path)
+    first = ex.load_result("mixed", "book", directory=tmp_path)
+    got = first.rows[0]
+    types = [int, float, float, float, bool, bool, str, str, float, float, str]
+    assert [type(got[k]) for k in cells] == types
+    assert {k: v for k, v in got.items() if k != "nan"} == {k: v for k, v in cells.items() if k != "nan"}
+    assert math.isnan(got["nan"]) and first.rows[1] == {**dict.fromkeys(cells, ""), "i": 7}
+    first.rows[0]["i"] = 99
+    assert ex.load_result("mixed", "book", directory=tmp_path).rows[0]["i"] == -2
+    ex.write_result(ex.Result("mixed", "book", {}, [{"i": 5}]), tmp_path)
+    assert ex.load_result("mixed", "book", directory=tmp_path).rows == [{"i": 5}]
 
 
 def _square(x):

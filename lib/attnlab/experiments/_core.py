@@ -6,6 +6,7 @@ import csv
 import functools
 import hashlib
 import importlib
+import io
 import json
 import os
 import pkgutil
@@ -307,6 +308,8 @@ def write_result(result: Result, out: str | os.PathLike, command: str | None = N
 
 def _parse(value: str):
     """A CSV cell as written by :func:`write_result`: an int, a float, a bool or the string."""
+    if not value:  # an empty cell (a column that another kind of row fills), most of some files
+        return value
     if "." not in value:  # int() refuses any string with a dot: most cells are floats
         try:
             return int(value)
@@ -322,19 +325,19 @@ def _parse(value: str):
 
 
 @functools.lru_cache(maxsize=32)
-def _read_rows(path: str, mtime_ns: int, size: int) -> tuple[dict, ...]:
-    """The parsed rows of one result file, read once per process (and again if it changes)."""
-    with open(path, newline="") as fh:
-        return tuple({k: _parse(v) for k, v in row.items()} for row in csv.DictReader(fh))
+def _parse_rows(text: str) -> tuple[dict, ...]:
+    """The parsed rows of one result file's text, parsed once per process for the same text."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    return tuple({k: _parse(v) for k, v in row.items()} for row in reader)
 
 
 def load_result(name: str, scale: str = "paper", directory: str | os.PathLike | None = None) -> Result:
     """Load a result written by :func:`write_result`.
 
     By default it reads the results committed with the library (``attnlab/results``), which the
-    chapters show next to their own book-scale runs. A file is parsed once per process: a
-    chapter that loads the same result in several cells reads it once; each call gets rows of
-    its own to change.
+    chapters show next to their own book-scale runs. A file's text is parsed once per process: a
+    chapter that loads the same result in several cells parses it once (a file written again
+    is parsed again); each call gets rows of its own to change.
     """
     scale = check_choice("scale", scale, SCALES)
     base = Path(directory) if directory is not None else Path(str(resources.files("attnlab") / "results"))
@@ -342,8 +345,8 @@ def load_result(name: str, scale: str = "paper", directory: str | os.PathLike | 
     csv_path = stem.with_suffix(".csv")
     if not csv_path.exists():
         raise ValueError(f"name {name!r} at scale {scale!r} has no result file in {base}")
-    stat = csv_path.stat()
-    rows = [dict(row) for row in _read_rows(str(csv_path.resolve()), stat.st_mtime_ns, stat.st_size)]
+    with open(csv_path, newline="") as fh:
+        rows = [dict(row) for row in _parse_rows(fh.read())]
     meta = json.loads(stem.with_suffix(".json").read_text())
     return Result(name, scale, meta["config"], rows, meta.get("attnlab_version", "?"), meta)
 
