@@ -78,9 +78,10 @@ lint: $(STAMP)
 # (left to themselves, 2 processes x 2 threads on 2 cores ran the slowest tests 1.5 times slower).
 SHARE := OMP_NUM_THREADS=$(shell n=$$(nproc); echo $$(( n > 2 ? n / 2 : 1 )))
 
-# Library tests and the chapter-format checks (jupytext header, conversion), on both cores.
+# Library tests and the chapter-format checks (jupytext header, conversion), on both cores; the
+# checks that drive Chromium are `browser`'s.
 unit: $(STAMP)
-	$(SHARE) $(BIN)/python -m pytest tests -n 2 --ignore=tests/test_browser.py -q
+	$(SHARE) $(BIN)/python -m pytest tests -n 2 --ignore=tests/test_browser.py --ignore=tests/test_lab.py -q
 
 # Every chapter converted to .ipynb in a scratch folder, then executed cell by cell by nbval.
 nbval: $(STAMP)
@@ -93,8 +94,11 @@ nbval: $(STAMP)
 build: $(STAMP)
 	$(BUILD)
 
+# What a reader sees in Chromium: the built pages and both PDFs (tests/test_browser.py), and the
+# chapters opened, run and saved in JupyterLab (tests/test_lab.py). Under `make test` they run
+# beside the library tests, whose work fills the time they wait on the browser and the server.
 browser: $(STAMP)
-	$(BIN)/python -m pytest tests/test_browser.py -q
+	$(BIN)/python -m pytest tests/test_browser.py tests/test_lab.py -q
 
 # The whole book on one page (_build/singlehtml), written from the HTML build's environment in
 # _build/.doctrees: no chapter is read or executed again (run `make book` first).
